@@ -1,0 +1,160 @@
+//! The database as a DataFusion schema: every fragvec table of the database, plus tables the
+//! session registers itself (external Parquet tables, views).
+//!
+//! Each lookup resolves a table to one snapshot, so a query sees one version from start to end.
+//! The front end may ask for a pinned version or for virtual columns by encoding them in the
+//! relation name (see [`RelationName`]); users write `t VERSION AS OF n` and `_rowaddr`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use async_trait::async_trait;
+use datafusion::catalog::{SchemaProvider, TableProvider};
+use datafusion::common::{DataFusionError, Result};
+
+use super::provider::FragvecTable;
+use super::scan::VirtualColumns;
+use crate::format::{Database, FormatError};
+
+/// A relation name as the front end passes it to the catalog: `table[@v<version>][#vc]`.
+/// `#vc` adds the virtual columns `_rowaddr` and `_rowid` to the table's schema.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RelationName {
+    pub table: String,
+    pub version: Option<u64>,
+    pub virtual_columns: bool,
+}
+
+impl RelationName {
+    pub fn parse(name: &str) -> Option<Self> {
+        let (rest, virtual_columns) = match name.strip_suffix("#vc") {
+            Some(r) => (r, true),
+            None => (name, false),
+        };
+        let (table, version) = match rest.split_once("@v") {
+            Some((t, v)) => (t, Some(v.parse().ok()?)),
+            None => (rest, None),
+        };
+        if table.contains(['@', '#']) {
+            return None;
+        }
+        Some(Self { table: table.to_string(), version, virtual_columns })
+    }
+
+    pub fn encode(&self) -> String {
+        let mut s = self.table.clone();
+        if let Some(v) = self.version {
+            s.push_str(&format!("@v{v}"));
+        }
+        if self.virtual_columns {
+            s.push_str("#vc");
+        }
+        s
+    }
+}
+
+#[derive(Debug)]
+pub struct FragvecSchema {
+    db: Database,
+    /// Names of the database's tables as of the last refresh (`table_names` must be sync).
+    known: RwLock<Vec<String>>,
+    /// Tables registered by the session itself, not stored in the database.
+    session_tables: RwLock<HashMap<String, Arc<dyn TableProvider>>>,
+}
+
+impl FragvecSchema {
+    pub async fn open(db: Database) -> Result<Self> {
+        let schema = Self { db, known: RwLock::new(vec![]), session_tables: RwLock::default() };
+        schema.refresh().await?;
+        Ok(schema)
+    }
+
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// Re-lists the database's tables (other processes may have created or dropped some).
+    pub async fn refresh(&self) -> Result<()> {
+        let names = self.db.list_tables().await?;
+        *self.known.write().expect("lock") = names;
+        Ok(())
+    }
+
+    pub fn is_session_table(&self, name: &str) -> bool {
+        self.session_tables.read().expect("lock").contains_key(name)
+    }
+
+    /// Opens a fragvec table snapshot by relation name.
+    pub async fn open_table(&self, name: &RelationName) -> Result<Arc<FragvecTable>, FormatError> {
+        let dir = Arc::new(self.db.table(&name.table)?);
+        let snapshot = match name.version {
+            Some(v) => dir.snapshot(v).await?,
+            None => dir.latest().await?,
+        };
+        let vc = if name.virtual_columns {
+            VirtualColumns { row_addr: true, row_id: true }
+        } else {
+            VirtualColumns::default()
+        };
+        Ok(Arc::new(FragvecTable::new(snapshot, vc)))
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for FragvecSchema {
+    fn table_names(&self) -> Vec<String> {
+        let mut names = self.known.read().expect("lock").clone();
+        names.extend(self.session_tables.read().expect("lock").keys().cloned());
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        if let Some(t) = self.session_tables.read().expect("lock").get(name) {
+            return Ok(Some(t.clone()));
+        }
+        let Some(relation) = RelationName::parse(name) else { return Ok(None) };
+        if crate::format::store::validate_table_name(&relation.table).is_err() {
+            return Ok(None);
+        }
+        match self.open_table(&relation).await {
+            Ok(t) => Ok(Some(t)),
+            Err(FormatError::NotFound(_)) => Ok(None),
+            Err(e) => Err(DataFusionError::from(e)),
+        }
+    }
+
+    fn register_table(
+        &self,
+        name: String,
+        table: Arc<dyn TableProvider>,
+    ) -> Result<Option<Arc<dyn TableProvider>>> {
+        if self.known.read().expect("lock").contains(&name) {
+            return Err(DataFusionError::Plan(format!("table '{name}' already exists")));
+        }
+        Ok(self.session_tables.write().expect("lock").insert(name, table))
+    }
+
+    fn deregister_table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        Ok(self.session_tables.write().expect("lock").remove(name))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.known.read().expect("lock").iter().any(|n| n == name) || self.is_session_table(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relation_names_round_trip() {
+        for s in ["t", "t@v3", "t#vc", "t@v12#vc"] {
+            assert_eq!(RelationName::parse(s).unwrap().encode(), s);
+        }
+        assert!(RelationName::parse("t@vx").is_none());
+        assert!(RelationName::parse("a#b").is_none());
+    }
+}

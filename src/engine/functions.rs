@@ -1,0 +1,162 @@
+//! Introspection table functions: `fragvec_fragments('t')` and `fragvec_versions('t')`.
+//!
+//! Table functions are called synchronously while a query is planned, so they return a
+//! provider with a fixed schema and do their reading when the query is executed.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray, TimestampMillisecondArray, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::catalog::{MemTable, Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
+use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::logical_expr::{Expr, TableType};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionContext;
+
+use crate::format::{Database, FormatError, Manifest};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Fragments,
+    Versions,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Fragments => "fragvec_fragments",
+            Kind::Versions => "fragvec_versions",
+        }
+    }
+
+    fn schema(self) -> SchemaRef {
+        let u64 = |n: &str| Field::new(n, DataType::UInt64, false);
+        Arc::new(Schema::new(match self {
+            Kind::Fragments => vec![
+                u64("position"),
+                u64("id"),
+                u64("physical_rows"),
+                u64("deleted_rows"),
+                Field::new("files", DataType::Utf8, false),
+                Field::new("deletion_file", DataType::Utf8, true),
+            ],
+            Kind::Versions => vec![
+                u64("version"),
+                Field::new("operation", DataType::Utf8, false),
+                Field::new("timestamp", DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())), false),
+                u64("read_version"),
+                u64("fragments"),
+                u64("rows"),
+            ],
+        }))
+    }
+}
+
+pub fn register(ctx: &SessionContext, db: &Database) {
+    for kind in [Kind::Fragments, Kind::Versions] {
+        ctx.register_udtf(kind.name(), Arc::new(Introspect { db: db.clone(), kind }));
+    }
+}
+
+#[derive(Debug)]
+struct Introspect {
+    db: Database,
+    kind: Kind,
+}
+
+impl TableFunctionImpl for Introspect {
+    fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
+        let table = match args.exprs() {
+            [Expr::Literal(ScalarValue::Utf8(Some(t)) | ScalarValue::Utf8View(Some(t)), _)] => t.clone(),
+            _ => {
+                return Err(DataFusionError::Plan(format!(
+                    "{}('table') takes one string argument: the table name",
+                    self.kind.name()
+                )));
+            }
+        };
+        self.db.table(&table)?;
+        Ok(Arc::new(IntrospectTable { db: self.db.clone(), kind: self.kind, table }))
+    }
+}
+
+#[derive(Debug)]
+struct IntrospectTable {
+    db: Database,
+    kind: Kind,
+    table: String,
+}
+
+impl IntrospectTable {
+    async fn batch(&self) -> Result<RecordBatch, FormatError> {
+        let dir = Arc::new(self.db.table(&self.table)?);
+        let columns: Vec<ArrayRef> = match self.kind {
+            Kind::Fragments => {
+                let m = dir.latest().await?.manifest;
+                let f = &m.fragments;
+                vec![
+                    Arc::new(UInt64Array::from_iter_values(0..f.len() as u64)),
+                    Arc::new(UInt64Array::from_iter_values(f.iter().map(|f| f.id))),
+                    Arc::new(UInt64Array::from_iter_values(f.iter().map(|f| f.physical_rows))),
+                    Arc::new(UInt64Array::from_iter_values(f.iter().map(|f| f.deleted_rows()))),
+                    Arc::new(StringArray::from_iter_values(f.iter().map(|f| {
+                        f.files.iter().map(|d| d.path.as_str()).collect::<Vec<_>>().join(",")
+                    }))),
+                    Arc::new(StringArray::from_iter(
+                        f.iter().map(|f| f.deletion.as_ref().map(|d| d.path.clone())),
+                    )),
+                ]
+            }
+            Kind::Versions => {
+                let versions = dir.versions().await?;
+                if versions.is_empty() {
+                    return Err(FormatError::NotFound(self.table.clone()));
+                }
+                let mut manifests: Vec<Manifest> = Vec::with_capacity(versions.len());
+                for v in versions {
+                    manifests.push(dir.load_manifest(v).await?);
+                }
+                let m = &manifests;
+                vec![
+                    Arc::new(UInt64Array::from_iter_values(m.iter().map(|m| m.version))),
+                    Arc::new(StringArray::from_iter_values(m.iter().map(|m| m.transaction.operation.as_str()))),
+                    Arc::new(
+                        TimestampMillisecondArray::from_iter_values(m.iter().map(|m| m.transaction.timestamp_ms))
+                            .with_timezone("UTC"),
+                    ),
+                    Arc::new(UInt64Array::from_iter_values(m.iter().map(|m| m.transaction.read_version))),
+                    Arc::new(UInt64Array::from_iter_values(m.iter().map(|m| m.fragments.len() as u64))),
+                    Arc::new(UInt64Array::from_iter_values(m.iter().map(|m| m.live_rows()))),
+                ]
+            }
+        };
+        Ok(RecordBatch::try_new(self.kind.schema(), columns)?)
+    }
+}
+
+#[async_trait]
+impl TableProvider for IntrospectTable {
+    fn schema(&self) -> SchemaRef {
+        self.kind.schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        // The plan is built when the query is planned; reading the manifests here (not at
+        // planning time of the function call) keeps EXPLAIN cheap and the data current.
+        let batch = self.batch().await?;
+        MemTable::try_new(self.kind.schema(), vec![vec![batch]])?
+            .scan(state, projection, filters, limit)
+            .await
+    }
+}

@@ -1,0 +1,20 @@
+//! DataFusion glue: the only module that implements DataFusion traits.
+//!
+//! * [`session`]: `FragvecSession`, the statement front end, and [`register`];
+//! * [`catalog`]: the database as a schema provider;
+//! * [`provider`], [`scan`], [`write`]: the table provider and its scan / insert operators;
+//! * [`dml`]: applying DELETE, UPDATE and MERGE;
+//! * [`functions`]: introspection table functions;
+//! * [`options`]: `SET fragvec.*` options; [`types`]: `VECTOR(n)`.
+
+pub mod catalog;
+pub mod dml;
+pub mod functions;
+pub mod options;
+pub mod provider;
+pub mod scan;
+pub mod session;
+pub mod types;
+pub mod write;
+
+pub use session::{register, FragvecSession, StatementResult};

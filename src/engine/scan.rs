@@ -1,0 +1,324 @@
+//! `FragmentScanExec`: reads one table snapshot in logical order.
+//!
+//! One output partition. Fragments are read concurrently (up to `target_partitions` at a time,
+//! each by its own task) but emitted strictly in manifest order and, inside a fragment, in
+//! offset order, so a plain `SELECT * FROM t` returns rows in the table's logical order.
+//! Deletion vectors and pushed-down filters are applied here; virtual columns (`_rowaddr`,
+//! `_rowid`) are computed from fragment ids, offsets and row-id sequences.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, BooleanArray, RecordBatch, RecordBatchOptions, UInt64Array};
+use datafusion::arrow::compute::{and, filter_record_batch, prep_null_mask_filter};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::stats::Precision;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{DataFusionError, Result, Statistics};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{
+    BaselineMetrics, Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
+use datafusion::physical_plan::stream::{RecordBatchReceiverStream, RecordBatchStreamAdapter};
+use datafusion::physical_plan::{
+    apply_expression_roots, ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan,
+    Partitioning, PlanProperties, ReplaceChildrenOptions, SendableRecordBatchStream,
+    StatisticsArgs,
+};
+use futures::{stream, StreamExt};
+use roaring::RoaringBitmap;
+use tokio::sync::mpsc::Sender;
+
+use crate::format::{read_fragment, row_address, Fragment, Snapshot};
+
+/// Which virtual columns a scan produces.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct VirtualColumns {
+    pub row_addr: bool,
+    pub row_id: bool,
+}
+
+pub const ROW_ADDR: &str = "_rowaddr";
+pub const ROW_ID: &str = "_rowid";
+
+/// What a scan needs to know to read one snapshot.
+#[derive(Debug, Clone)]
+pub struct ScanSpec {
+    pub snapshot: Snapshot,
+    /// Table columns read from data files, in table order.
+    pub read_schema: SchemaRef,
+    /// `read_schema` plus the virtual columns needed; filters are evaluated on this.
+    pub work_schema: SchemaRef,
+    pub virtual_columns: VirtualColumns,
+    /// Conjunction of the pushed-down filters, bound to `work_schema`.
+    pub predicate: Option<Arc<dyn PhysicalExpr>>,
+    /// Columns of `work_schema` that form the output.
+    pub output_indices: Vec<usize>,
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug)]
+pub struct FragmentScanExec {
+    spec: ScanSpec,
+    schema: SchemaRef,
+    metrics: ExecutionPlanMetricsSet,
+    cache: Arc<PlanProperties>,
+}
+
+impl FragmentScanExec {
+    pub fn new(spec: ScanSpec) -> Result<Self> {
+        let schema = Arc::new(spec.work_schema.project(&spec.output_indices)?);
+        let cache = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Ok(Self { spec, schema, metrics: ExecutionPlanMetricsSet::new(), cache })
+    }
+
+    pub fn spec(&self) -> &ScanSpec {
+        &self.spec
+    }
+}
+
+impl DisplayAs for FragmentScanExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let s = &self.spec;
+        let cols: Vec<&str> = self.schema.fields().iter().map(|f| f.name().as_str()).collect();
+        match t {
+            DisplayFormatType::Default | DisplayFormatType::Verbose => {
+                write!(
+                    f,
+                    "FragmentScanExec: table={}, version={}, fragments={}, projection=[{}]",
+                    s.snapshot.name(),
+                    s.snapshot.version(),
+                    s.snapshot.manifest.fragments.len(),
+                    cols.join(", ")
+                )?;
+                if let Some(p) = &s.predicate {
+                    write!(f, ", predicate={p}")?;
+                }
+                if let Some(l) = s.limit {
+                    write!(f, ", limit={l}")?;
+                }
+                Ok(())
+            }
+            DisplayFormatType::TreeRender => write!(f, "table={}", s.snapshot.name()),
+        }
+    }
+}
+
+impl ExecutionPlan for FragmentScanExec {
+    fn name(&self) -> &str {
+        "FragmentScanExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.cache
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        apply_expression_roots(self.spec.predicate.iter(), f)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        _: Vec<Arc<dyn ExecutionPlan>>,
+        _: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.replace_children(children, ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        _input_stats: &[Arc<Statistics>],
+        _args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        let live = self.spec.snapshot.manifest.live_rows() as usize;
+        // Deletion vectors are counted exactly, so without filters or limit the count is exact.
+        let rows = match (&self.spec.predicate, self.spec.limit) {
+            (None, None) => Precision::Exact(live),
+            (None, Some(l)) => Precision::Exact(live.min(l)),
+            (Some(_), _) => Precision::Inexact(live),
+        };
+        Ok(Arc::new(Statistics::new_unknown(&self.schema).with_num_rows(rows)))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!(
+                "FragmentScanExec has one partition, asked for {partition}"
+            )));
+        }
+        let batch_size = context.session_config().batch_size();
+        let parallelism = context.session_config().target_partitions().max(1);
+        let baseline = BaselineMetrics::new(&self.metrics, partition);
+        let counters = ScanCounters {
+            fragments: MetricBuilder::new(&self.metrics).counter("fragments_scanned", partition),
+            deleted: MetricBuilder::new(&self.metrics).counter("deleted_rows_skipped", partition),
+        };
+        let spec = Arc::new(self.spec.clone());
+        let schema = self.schema.clone();
+        let fragments: Vec<Fragment> = spec.snapshot.manifest.fragments.clone();
+        let per_fragment = {
+            let spec = spec.clone();
+            let schema = schema.clone();
+            stream::iter(fragments).map(move |fragment| {
+                let mut builder = RecordBatchReceiverStream::builder(schema.clone(), 2);
+                let tx = builder.tx();
+                let spec = spec.clone();
+                let counters = counters.clone();
+                builder.spawn(async move {
+                    scan_fragment(&spec, &fragment, batch_size, &counters, tx).await
+                });
+                futures::future::ready(builder.build())
+            })
+        };
+        // `buffered` keeps up to `parallelism` fragment tasks running ahead while `flatten`
+        // drains them one after another, in list order.
+        let mut remaining = spec.limit;
+        let ordered = per_fragment
+            .buffered(parallelism)
+            .flatten()
+            .map(move |batch| {
+                let batch = batch?;
+                baseline.record_output(batch.num_rows());
+                Ok(batch)
+            })
+            .scan((), move |_, batch: Result<RecordBatch>| {
+                let out = match (batch, remaining.as_mut()) {
+                    (Err(e), _) => Some(Err(e)),
+                    (Ok(b), None) => Some(Ok(b)),
+                    (Ok(_), Some(0)) => None,
+                    (Ok(b), Some(left)) => {
+                        let take = (*left).min(b.num_rows());
+                        *left -= take;
+                        Some(Ok(b.slice(0, take)))
+                    }
+                };
+                futures::future::ready(out)
+            });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, ordered)))
+    }
+}
+
+#[derive(Clone)]
+struct ScanCounters {
+    fragments: Count,
+    deleted: Count,
+}
+
+async fn scan_fragment(
+    spec: &ScanSpec,
+    fragment: &Fragment,
+    batch_size: usize,
+    counters: &ScanCounters,
+    tx: Sender<Result<RecordBatch>>,
+) -> Result<()> {
+    counters.fragments.add(1);
+    let dir = spec.snapshot.dir.clone();
+    let deleted = dir.read_deletions(fragment).await?;
+    counters.deleted.add(deleted.len() as usize);
+    if deleted.len() == fragment.physical_rows {
+        return Ok(());
+    }
+    let mut batches = read_fragment(dir, fragment, spec.read_schema.clone(), batch_size);
+    let mut offset = 0u64;
+    while let Some(batch) = batches.next().await {
+        let batch = batch?;
+        let n = batch.num_rows();
+        let out = process_batch(spec, fragment, &deleted, offset, batch)?;
+        offset += n as u64;
+        if out.num_rows() > 0 && tx.send(Ok(out)).await.is_err() {
+            return Ok(()); // the consumer went away (limit reached or query cancelled)
+        }
+    }
+    if offset != fragment.physical_rows {
+        return Err(DataFusionError::External(Box::new(crate::format::FormatError::corrupt(
+            format!("fragment {}", fragment.id),
+            format!("read {offset} rows, manifest says {}", fragment.physical_rows),
+        ))));
+    }
+    Ok(())
+}
+
+/// Adds virtual columns, drops deleted rows and rows failing the predicate, and projects.
+fn process_batch(
+    spec: &ScanSpec,
+    fragment: &Fragment,
+    deleted: &RoaringBitmap,
+    offset: u64,
+    batch: RecordBatch,
+) -> Result<RecordBatch> {
+    let n = batch.num_rows();
+    let mut columns = batch.columns().to_vec();
+    if spec.virtual_columns.row_addr {
+        let addrs: UInt64Array =
+            (offset..offset + n as u64).map(|o| row_address(fragment.id, o)).collect();
+        columns.push(Arc::new(addrs));
+    }
+    if spec.virtual_columns.row_id {
+        let ids: UInt64Array = match &fragment.row_ids {
+            Some(seq) => {
+                let mut ids = Vec::with_capacity(n);
+                seq.extend_slice(offset, n as u64, &mut ids);
+                UInt64Array::from(ids)
+            }
+            None => (offset..offset + n as u64).map(|o| row_address(fragment.id, o)).collect(),
+        };
+        columns.push(Arc::new(ids));
+    }
+    let work = RecordBatch::try_new_with_options(
+        spec.work_schema.clone(),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(n)),
+    )?;
+    let first = offset as u32;
+    let last = (offset + n as u64) as u32; // exclusive
+    let mut mask: Option<BooleanArray> = if deleted.range_cardinality(first..last) > 0 {
+        Some((first..last).map(|o| Some(!deleted.contains(o))).collect())
+    } else {
+        None
+    };
+    if let Some(predicate) = &spec.predicate {
+        let value = predicate.evaluate(&work)?.into_array(n)?;
+        let value = value.as_any().downcast_ref::<BooleanArray>().ok_or_else(|| {
+            DataFusionError::Internal(format!("filter returned {}", value.data_type()))
+        })?;
+        let value = if value.null_count() > 0 { prep_null_mask_filter(value) } else { value.clone() };
+        mask = Some(match mask {
+            Some(m) => and(&m, &value)?,
+            None => value,
+        });
+    }
+    let kept = match mask {
+        Some(m) => filter_record_batch(&work, &m)?,
+        None => work,
+    };
+    Ok(kept.project(&spec.output_indices)?)
+}

@@ -1,0 +1,548 @@
+//! `FragvecSession`: a DataFusion `SessionContext` with fragvec's catalog, options and table
+//! functions, and the statement front end that runs SQL against it.
+//!
+//! Statements DataFusion can run are planned by DataFusion after fragvec pins every table they
+//! read to one version. Statements on fragvec tables that DataFusion would run differently are
+//! intercepted here: `CREATE TABLE` (creates a fragvec table, `VECTOR(n)` columns, `WITH`
+//! options), `DROP TABLE`, and DELETE / UPDATE / MERGE (run as finder queries, see
+//! [`crate::sql::finder`]). All work happens when a statement is executed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::catalog::SchemaProvider;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::dataframe::DataFrame;
+use datafusion::execution::SessionState;
+use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast::{
+    ColumnDef, CreateTableOptions, DataType as SqlType, Expr as SqlExpr, ObjectType, SqlOption,
+    Statement, Value,
+};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+
+use super::catalog::{FragvecSchema, RelationName};
+use super::dml::RowChanges;
+use super::functions;
+use super::options::FragvecOptions;
+use super::types;
+use super::write::{count_schema, write_streams};
+use crate::format::{self, Database, FormatError, NewFragment, NewRowIds, Operation, TableProperties};
+use crate::sql::finder::{self, DmlTarget, Finder, TargetColumn};
+use crate::sql::{parse_statements, pin, FragvecStatement};
+
+/// What one statement produced.
+#[derive(Debug, Clone)]
+pub struct StatementResult {
+    pub schema: SchemaRef,
+    pub batches: Vec<RecordBatch>,
+    /// `Some(n)` for statements that change rows (their result is one `count` row).
+    pub rows_affected: Option<u64>,
+}
+
+impl StatementResult {
+    fn rows(schema: SchemaRef, batches: Vec<RecordBatch>) -> Self {
+        Self { schema, batches, rows_affected: None }
+    }
+
+    fn count(n: u64) -> Result<Self> {
+        Ok(Self {
+            schema: count_schema(),
+            batches: vec![super::write::count_batch(n)?],
+            rows_affected: Some(n),
+        })
+    }
+
+    fn empty() -> Self {
+        Self::rows(Arc::new(Schema::empty()), vec![])
+    }
+
+    pub fn num_rows(&self) -> usize {
+        self.batches.iter().map(|b| b.num_rows()).sum()
+    }
+}
+
+/// A SQL session over one fragvec database.
+#[derive(Clone)]
+pub struct FragvecSession {
+    ctx: SessionContext,
+    schema: Arc<FragvecSchema>,
+}
+
+impl std::fmt::Debug for FragvecSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FragvecSession").field("database", &self.schema.database().location()).finish()
+    }
+}
+
+/// Makes `ctx` a fragvec session over the database at `location` (a path, `file://`,
+/// `memory://`, or `s3://` with the `s3` feature). The database's tables become the default
+/// schema; tables already registered there stay available.
+pub async fn register(ctx: &SessionContext, location: &str) -> Result<FragvecSession> {
+    let db = Database::open(location).await?;
+    FragvecSession::with_context(ctx.clone(), db).await
+}
+
+impl FragvecSession {
+    /// Opens a session on the database at `location`.
+    pub async fn open(location: &str) -> Result<Self> {
+        let config = SessionConfig::new().with_information_schema(true);
+        let ctx = SessionContext::new_with_config(config);
+        register(&ctx, location).await
+    }
+
+    pub async fn with_context(ctx: SessionContext, db: Database) -> Result<Self> {
+        {
+            let state = ctx.state_ref();
+            let mut state = state.write();
+            let options = state.config_mut().options_mut();
+            if options.extensions.get::<FragvecOptions>().is_none() {
+                options.extensions.insert(FragvecOptions::default());
+            }
+        }
+        let schema = Arc::new(FragvecSchema::open(db.clone()).await?);
+        let catalog_name = ctx.state().config_options().catalog.default_catalog.clone();
+        let schema_name = ctx.state().config_options().catalog.default_schema.clone();
+        let catalog = ctx.catalog(&catalog_name).ok_or_else(|| {
+            DataFusionError::Plan(format!("default catalog '{catalog_name}' is missing"))
+        })?;
+        if let Some(existing) = catalog.schema(&schema_name) {
+            for name in existing.table_names() {
+                if let Some(table) = existing.table(&name).await? {
+                    schema.register_table(name, table)?;
+                }
+            }
+        }
+        catalog.register_schema(&schema_name, schema.clone())?;
+        functions::register(&ctx, &db);
+        Ok(Self { ctx, schema })
+    }
+
+    /// The DataFusion context, for registering more functions or tables.
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    pub fn database(&self) -> &Database {
+        self.schema.database()
+    }
+
+    /// Runs every statement in `sql`, in order, and returns their results. Stops at the first
+    /// error, which names the statement's position when there are several.
+    pub async fn sql(&self, sql: &str) -> Result<Vec<StatementResult>> {
+        let statements = parse_statements(sql)?;
+        let many = statements.len() > 1;
+        let mut results = Vec::with_capacity(statements.len());
+        for (i, statement) in statements.into_iter().enumerate() {
+            match self.execute(statement).await {
+                Ok(r) => results.push(r),
+                Err(e) if many => {
+                    return Err(DataFusionError::Context(format!("statement {}", i + 1), Box::new(e)));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(results)
+    }
+
+    /// Runs one statement of `sql` and returns its result.
+    pub async fn sql_one(&self, sql: &str) -> Result<StatementResult> {
+        let mut statements = parse_statements(sql)?;
+        if statements.len() != 1 {
+            return Err(DataFusionError::Plan(format!(
+                "expected one statement, found {}",
+                statements.len()
+            )));
+        }
+        self.execute(statements.remove(0)).await
+    }
+
+    pub async fn execute(&self, statement: FragvecStatement) -> Result<StatementResult> {
+        match statement {
+            FragvecStatement::DataFusion(s) => self.execute_datafusion(*s).await,
+        }
+    }
+
+    async fn execute_datafusion(&self, statement: DFStatement) -> Result<StatementResult> {
+        if let DFStatement::Statement(s) = &statement {
+            match s.as_ref() {
+                Statement::CreateTable(_) => {
+                    let DFStatement::Statement(s) = statement else { unreachable!() };
+                    return self.create_table(*s).await;
+                }
+                Statement::Drop { object_type: ObjectType::Table, .. } => {
+                    if let Some(r) = self.drop_tables(s).await? {
+                        return Ok(r);
+                    }
+                }
+                Statement::Delete(_) | Statement::Update(_) | Statement::Merge(_) => {
+                    if let Some(r) = self.run_dml(s).await? {
+                        return Ok(r);
+                    }
+                }
+                Statement::ShowTables { .. } => self.schema.refresh().await?,
+                _ => {}
+            }
+        }
+        if let DFStatement::Explain(explain) = &statement
+            && let DFStatement::Statement(inner) = explain.statement.as_ref()
+            && matches!(inner.as_ref(), Statement::Delete(_) | Statement::Update(_) | Statement::Merge(_))
+        {
+            if explain.options.analyze {
+                return Err(DataFusionError::NotImplemented(
+                    "EXPLAIN ANALYZE would run the DML statement; run it directly".into(),
+                ));
+            }
+            if let Some((finder, _, _)) = self.dml_finder(inner).await? {
+                return self.run_query(&format!("EXPLAIN {}", finder.sql)).await;
+            }
+        }
+        if statement.to_string().to_ascii_lowercase().contains("information_schema") {
+            self.schema.refresh().await?;
+        }
+        let statement = self.pin(statement).await?;
+        let result = if is_insert(&statement) {
+            // Round-robin repartitioning would shuffle the rows of a single-partition source;
+            // INSERT keeps its source's order so the logical order is the order given.
+            let mut state = self.ctx.state();
+            state.config_mut().options_mut().optimizer.enable_round_robin_repartition = false;
+            let plan = state.statement_to_plan(statement).await?;
+            self.execute_plan(Some(state), plan).await
+        } else {
+            let plan = self.ctx.state().statement_to_plan(statement).await?;
+            self.execute_plan(None, plan).await
+        };
+        if result.is_ok() {
+            // Cheap, and keeps SHOW TABLES right after CREATE EXTERNAL TABLE / DROP.
+            self.schema.refresh().await?;
+        }
+        result
+    }
+
+    /// Runs a plan in the session (which applies `SET`s), or in a one-off `state`.
+    async fn execute_plan(&self, state: Option<SessionState>, plan: LogicalPlan) -> Result<StatementResult> {
+        let is_insert = matches!(&plan, LogicalPlan::Dml(d) if matches!(d.op, datafusion::logical_expr::WriteOp::Insert(_)));
+        let df = match state {
+            Some(state) => DataFrame::new(state, plan),
+            None => self.ctx.execute_logical_plan(plan).await?,
+        };
+        let schema = Arc::new(df.schema().as_arrow().clone());
+        let batches = df.collect().await?;
+        let mut result = StatementResult::rows(schema, batches);
+        if is_insert {
+            result.rows_affected = Some(count_of(&result));
+        }
+        Ok(result)
+    }
+
+    async fn run_query(&self, sql: &str) -> Result<StatementResult> {
+        let statement = parse_statements(sql)?.remove(0);
+        let FragvecStatement::DataFusion(statement) = statement;
+        let statement = self.pin(*statement).await?;
+        let plan = self.ctx.state().statement_to_plan(statement).await?;
+        self.execute_plan(None, plan).await
+    }
+
+    /// Pins every fragvec table the statement reads to its latest (or named) version.
+    async fn pin(&self, mut statement: DFStatement) -> Result<DFStatement> {
+        let virtual_columns = pin::mentions_virtual_columns(&statement.to_string());
+        let target: &mut Statement = match &mut statement {
+            DFStatement::Statement(s) => s.as_mut(),
+            DFStatement::Explain(e) => match e.statement.as_mut() {
+                DFStatement::Statement(s) => s.as_mut(),
+                _ => return Ok(statement),
+            },
+            _ => return Ok(statement),
+        };
+        if matches!(target, Statement::CreateView(_)) {
+            return Ok(statement); // a view reads the latest version each time it is used
+        }
+        let mut latest = HashMap::new();
+        for table in pin::referenced_tables(target) {
+            if self.schema.is_session_table(&table) {
+                continue;
+            }
+            if let Ok(dir) = self.database().table(&table)
+                && let Some(v) = dir.latest_version().await?
+            {
+                latest.insert(table, v);
+            }
+        }
+        pin::pin_relations(target, &latest, virtual_columns);
+        Ok(statement)
+    }
+
+    async fn create_table(&self, statement: Statement) -> Result<StatementResult> {
+        let Statement::CreateTable(mut create) = statement else { unreachable!() };
+        let options = match std::mem::take(&mut create.table_options) {
+            CreateTableOptions::None => vec![],
+            CreateTableOptions::With(o) => o,
+            other => {
+                return Err(DataFusionError::Plan(format!("unsupported table options: {other}")));
+            }
+        };
+        let properties = table_properties(&options)?;
+        for column in create.columns.iter_mut() {
+            rewrite_vector_type(column)?;
+        }
+        let plan = self.ctx.state().statement_to_plan(DFStatement::Statement(Box::new(Statement::CreateTable(create)))).await?;
+        let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(cmd)) = plan else {
+            return Err(DataFusionError::NotImplemented(format!(
+                "this form of CREATE TABLE is not supported: {plan}"
+            )));
+        };
+        if cmd.or_replace {
+            return Err(DataFusionError::NotImplemented("CREATE OR REPLACE TABLE is not supported".into()));
+        }
+        if !cmd.column_defaults.is_empty() {
+            return Err(DataFusionError::NotImplemented("column DEFAULT values are not supported".into()));
+        }
+        if !cmd.constraints.is_empty() {
+            return Err(DataFusionError::NotImplemented(
+                "table constraints (PRIMARY KEY, UNIQUE) are not supported".into(),
+            ));
+        }
+        let name = cmd.name.table().to_string();
+        if self.schema.is_session_table(&name) {
+            return Err(DataFusionError::Plan(format!("table '{name}' already exists")));
+        }
+        let fields: Vec<Field> = cmd
+            .input
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| Field::new(f.name(), types::normalize(f.data_type()), f.is_nullable()))
+            .collect();
+        let schema = Schema::new(fields);
+        let snapshot = match self.database().create_table(&name, &schema, properties).await {
+            Ok(s) => s,
+            Err(FormatError::AlreadyExists(_)) if cmd.if_not_exists => return Ok(StatementResult::empty()),
+            Err(e) => return Err(e.into()),
+        };
+        self.schema.refresh().await?;
+        if matches!(cmd.input.as_ref(), LogicalPlan::EmptyRelation(_)) {
+            return Ok(StatementResult::empty());
+        }
+        // CREATE TABLE ... AS SELECT: load the query's rows as the first append, in order.
+        let mut state = self.ctx.state();
+        state.config_mut().options_mut().optimizer.enable_round_robin_repartition = false;
+        let df = DataFrame::new(state, cmd.input.as_ref().clone());
+        let streams = df.execute_stream_partitioned().await?;
+        let written = write_streams(&snapshot, streams).await?;
+        let rows: u64 = written.iter().map(|w| w.physical_rows).sum();
+        if !written.is_empty() {
+            let mut txn = format::Transaction::new(Operation::Append, snapshot.version());
+            txn.appends = written.into_iter().map(|w| NewFragment { written: w, row_ids: NewRowIds::Fresh }).collect();
+            format::commit(&snapshot.dir, &snapshot.manifest, &txn).await?;
+        }
+        StatementResult::count(rows)
+    }
+
+    /// Drops fragvec tables; returns `None` to let DataFusion drop a session table.
+    async fn drop_tables(&self, statement: &Statement) -> Result<Option<StatementResult>> {
+        let Statement::Drop { names, if_exists, .. } = statement else { unreachable!() };
+        for name in names {
+            let Some(datafusion::sql::sqlparser::ast::ObjectNamePart::Identifier(ident)) = name.0.last() else {
+                continue;
+            };
+            let table = pin::normalize_ident(ident);
+            if self.schema.is_session_table(&table) {
+                if names.len() == 1 {
+                    return Ok(None);
+                }
+                self.schema.deregister_table(&table)?;
+                continue;
+            }
+            match self.database().drop_table(&table).await {
+                Ok(()) => {}
+                Err(FormatError::NotFound(_)) if *if_exists => {}
+                Err(FormatError::NotFound(t)) => {
+                    return Err(DataFusionError::Plan(format!("table '{t}' does not exist")));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.schema.refresh().await?;
+        Ok(Some(StatementResult::empty()))
+    }
+
+    /// Resolves a DML statement's target and builds its finder at the latest version.
+    /// `None` when the target is not a fragvec table (DataFusion handles it).
+    async fn dml_finder(
+        &self,
+        statement: &Statement,
+    ) -> Result<Option<(Finder, format::Snapshot, Operation)>> {
+        let target: DmlTarget = match statement {
+            Statement::Delete(d) => finder::delete_target(d)?,
+            Statement::Update(u) => finder::update_target(u)?,
+            Statement::Merge(m) => finder::merge_target(m)?,
+            _ => return Ok(None),
+        };
+        if self.schema.is_session_table(&target.table) {
+            return Ok(None);
+        }
+        let dir = Arc::new(self.database().table(&target.table)?);
+        let snapshot = match dir.latest().await {
+            Ok(s) => s,
+            Err(FormatError::NotFound(t)) => {
+                return Err(DataFusionError::Plan(format!("table '{t}' does not exist")));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let relation = RelationName {
+            table: target.table.clone(),
+            version: Some(snapshot.version()),
+            virtual_columns: true,
+        }
+        .encode();
+        let columns: Vec<TargetColumn> = snapshot
+            .schema
+            .fields()
+            .iter()
+            .map(|f| TargetColumn { name: f.name().clone(), vector_dim: types::vector_dim(f.data_type()) })
+            .collect();
+        let (finder, op) = match statement {
+            Statement::Delete(d) => (finder::delete_finder(d, &target, &relation)?, Operation::Delete),
+            Statement::Update(u) => (finder::update_finder(u, &target, &relation, &columns)?, Operation::Update),
+            Statement::Merge(m) => (finder::merge_finder(m, &target, &relation, &columns)?, Operation::Merge),
+            _ => unreachable!(),
+        };
+        Ok(Some((finder, snapshot, op)))
+    }
+
+    /// Runs DELETE / UPDATE / MERGE on a fragvec table, retrying from a fresh snapshot when a
+    /// concurrent writer made the commit impossible.
+    async fn run_dml(&self, statement: &Statement) -> Result<Option<StatementResult>> {
+        let options = self.options();
+        let mode = options.update_mode()?;
+        let mut attempt = 0;
+        loop {
+            let Some((finder, snapshot, op)) = self.dml_finder(statement).await? else {
+                return Ok(None);
+            };
+            let query = self.finder_frame(&finder.sql).await?;
+            let changes =
+                RowChanges::collect(query.execute_stream().await?, &snapshot.schema, finder.default_action)
+                    .await?;
+            match changes.commit(&snapshot, op, mode, &finder.assigned_columns).await {
+                Ok(n) => return Ok(Some(StatementResult::count(n)?)),
+                Err(e) if is_retryable(&e) && attempt < options.commit_retries => attempt += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn finder_frame(&self, sql: &str) -> Result<DataFrame> {
+        let FragvecStatement::DataFusion(statement) = parse_statements(sql)?.remove(0);
+        let statement = self.pin(*statement).await?;
+        let plan = self.ctx.state().statement_to_plan(statement).await?;
+        self.ctx.execute_logical_plan(plan).await
+    }
+
+    fn options(&self) -> FragvecOptions {
+        self.ctx
+            .state()
+            .config_options()
+            .extensions
+            .get::<FragvecOptions>()
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+fn is_insert(statement: &DFStatement) -> bool {
+    matches!(statement, DFStatement::Statement(s) if matches!(s.as_ref(), Statement::Insert(_)))
+}
+
+fn count_of(result: &StatementResult) -> u64 {
+    result
+        .batches
+        .first()
+        .and_then(|b| b.column_by_name("count"))
+        .and_then(|c| c.as_any().downcast_ref::<datafusion::arrow::array::UInt64Array>())
+        .map_or(0, |c| c.value(0))
+}
+
+/// Whether an error is a commit conflict the statement may retry.
+pub fn is_retryable(e: &DataFusionError) -> bool {
+    match e.find_root() {
+        DataFusionError::External(inner) => {
+            inner.downcast_ref::<FormatError>().is_some_and(FormatError::is_retryable)
+        }
+        _ => false,
+    }
+}
+
+/// `VECTOR(n)` → `FLOAT[n]`, which DataFusion plans as `FixedSizeList<Float32>[n]`.
+fn rewrite_vector_type(column: &mut ColumnDef) -> Result<()> {
+    if let SqlType::Custom(name, modifiers) = &column.data_type
+        && name.to_string().eq_ignore_ascii_case("vector")
+    {
+        let dim: i32 = match modifiers.as_slice() {
+            [n] => n.parse().ok().filter(|d| *d > 0).ok_or_else(|| {
+                DataFusionError::Plan(format!("VECTOR dimension must be a positive integer, not {n}"))
+            })?,
+            _ => {
+                return Err(DataFusionError::Plan(format!(
+                    "column '{}': VECTOR needs a dimension, e.g. VECTOR(128)",
+                    column.name
+                )));
+            }
+        };
+        column.data_type = Parser::new(&GenericDialect {})
+            .try_with_sql(&format!("FLOAT[{dim}]"))
+            .and_then(|mut p| p.parse_data_type())
+            .map_err(|e| DataFusionError::Internal(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Table options of `CREATE TABLE ... WITH (...)`.
+fn table_properties(options: &[SqlOption]) -> Result<TableProperties> {
+    let mut props = TableProperties::default();
+    for option in options {
+        let SqlOption::KeyValue { key, value } = option else {
+            return Err(DataFusionError::Plan(format!("unsupported table option {option}")));
+        };
+        let key = key.value.to_ascii_lowercase();
+        let text = match value {
+            SqlExpr::Value(v) => match &v.value {
+                Value::Number(n, _) => n.clone(),
+                Value::SingleQuotedString(s) => s.clone(),
+                Value::Boolean(b) => b.to_string(),
+                other => other.to_string(),
+            },
+            SqlExpr::Identifier(i) => i.value.clone(),
+            other => other.to_string(),
+        };
+        match key.as_str() {
+            "stable_row_ids" => {
+                props.stable_row_ids = text.parse().map_err(|_| {
+                    DataFusionError::Plan(format!("stable_row_ids must be true or false, not {text}"))
+                })?;
+            }
+            "max_rows_per_fragment" => {
+                props.max_rows_per_fragment = text
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0 && *n <= format::manifest::MAX_FRAGMENT_ID)
+                    .ok_or_else(|| {
+                        DataFusionError::Plan(format!(
+                            "max_rows_per_fragment must be a positive integer below 2^32, not {text}"
+                        ))
+                    })?;
+            }
+            other => {
+                return Err(DataFusionError::Plan(format!(
+                    "unknown table option '{other}' (known: stable_row_ids, max_rows_per_fragment)"
+                )));
+            }
+        }
+    }
+    Ok(props)
+}

@@ -1,0 +1,287 @@
+//! Optimistic commits.
+//!
+//! A writer reads version `r`, writes its data files, and then tries to publish manifest `v + 1`
+//! (where `v` is the latest version) with a create-if-absent put. If other writers committed
+//! since `r`, the transaction is **rebased** onto the latest manifest when that is safe:
+//!
+//! * appends always rebase: their fragments get fresh ids and go after the winners' fragments;
+//! * deletions rebase onto the latest deletion vector of each fragment (the union), unless a
+//!   winner deleted one of the same rows (e.g. a concurrent UPDATE moved it): then the rows this
+//!   transaction read are gone and the statement must re-read, so it fails with a retryable
+//!   [`FormatError::Conflict`];
+//! * touching a fragment that a winner removed or rewrote in place is a conflict too.
+//!
+//! A crash before the manifest put leaves only orphan files; the table still reads at its last
+//! version. [`apply`] is the pure part (no IO) and is unit-tested on its own.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use roaring::RoaringBitmap;
+
+use super::error::{FormatError, Result};
+use super::fragment_io::WrittenFragment;
+use super::manifest::{
+    now_ms, DataFile, DeletionFile, Fragment, Manifest, Operation, TransactionRecord, MAX_FRAGMENT_ID,
+};
+use super::rowids::RowIdSequence;
+use super::store::{random_tag, Snapshot, TableDir};
+
+/// How many times one commit re-reads the latest version after losing a put race.
+const MAX_PUT_ATTEMPTS: usize = 20;
+
+/// Row ids of appended rows (ignored by tables without stable row ids).
+#[derive(Clone, Debug, PartialEq)]
+pub enum NewRowIds {
+    /// New rows: ids are allocated from the table's counter at commit time.
+    Fresh,
+    /// Rows that keep existing ids (the new versions of updated rows).
+    Given(RowIdSequence),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewFragment {
+    pub written: WrittenFragment,
+    pub row_ids: NewRowIds,
+}
+
+/// The changes one statement makes, relative to the version it read.
+#[derive(Clone, Debug)]
+pub struct Transaction {
+    pub operation: Operation,
+    pub read_version: u64,
+    /// Appended at the end of the fragment list, in this order.
+    pub appends: Vec<NewFragment>,
+    /// Offsets newly deleted by this transaction, by fragment id.
+    pub deletions: BTreeMap<u64, RoaringBitmap>,
+    /// In-place column rewrites: the new file replaces its columns in the fragment.
+    pub column_rewrites: BTreeMap<u64, DataFile>,
+}
+
+impl Transaction {
+    pub fn new(operation: Operation, read_version: u64) -> Self {
+        Self {
+            operation,
+            read_version,
+            appends: vec![],
+            deletions: BTreeMap::new(),
+            column_rewrites: BTreeMap::new(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.appends.is_empty() && self.deletions.is_empty() && self.column_rewrites.is_empty()
+    }
+}
+
+/// Why a transaction cannot be rebased onto `latest`, if it cannot.
+pub fn rebase_conflict(read: &Manifest, latest: &Manifest, txn: &Transaction) -> Option<String> {
+    let touched = txn.deletions.keys().chain(txn.column_rewrites.keys());
+    for id in touched {
+        let Some(now) = latest.fragment(*id) else {
+            return Some(format!("fragment {id} was removed by a concurrent commit"));
+        };
+        let Some(before) = read.fragment(*id) else {
+            return Some(format!("fragment {id} is not in the version the statement read"));
+        };
+        if now.files != before.files {
+            return Some(format!("fragment {id} was rewritten by a concurrent commit"));
+        }
+    }
+    None
+}
+
+/// Builds the next manifest from `latest` (pure). `deletion_files` are the already-written,
+/// already-merged deletion vectors of the fragments in `txn.deletions`.
+pub fn apply(
+    latest: &Manifest,
+    txn: &Transaction,
+    deletion_files: &BTreeMap<u64, DeletionFile>,
+    tag: String,
+) -> Result<Manifest> {
+    let mut next = latest.clone();
+    next.version = latest.version + 1;
+    next.transaction = TransactionRecord {
+        operation: txn.operation,
+        read_version: txn.read_version,
+        timestamp_ms: now_ms(),
+        tag,
+    };
+    for frag in next.fragments.iter_mut() {
+        if let Some(file) = deletion_files.get(&frag.id) {
+            frag.deletion = Some(file.clone());
+        }
+        if let Some(file) = txn.column_rewrites.get(&frag.id) {
+            for old in frag.files.iter_mut() {
+                old.columns.retain(|c| !file.columns.contains(c));
+            }
+            frag.files.retain(|f| !f.columns.is_empty());
+            frag.files.push(file.clone());
+        }
+    }
+    let stable = latest.properties.stable_row_ids;
+    for new in &txn.appends {
+        let id = next.next_fragment_id;
+        if id > MAX_FRAGMENT_ID {
+            return Err(FormatError::invalid("the table has run out of fragment ids"));
+        }
+        next.next_fragment_id += 1;
+        let rows = new.written.physical_rows;
+        let row_ids = match (&new.row_ids, stable) {
+            (_, false) => None,
+            (NewRowIds::Fresh, true) => {
+                let seq = RowIdSequence::from_range(next.next_row_id, rows);
+                next.next_row_id += rows;
+                Some(seq)
+            }
+            (NewRowIds::Given(seq), true) => {
+                if seq.len() != rows {
+                    return Err(FormatError::invalid(format!(
+                        "{} row ids given for {rows} rows",
+                        seq.len()
+                    )));
+                }
+                Some(seq.clone())
+            }
+        };
+        next.fragments.push(Fragment {
+            id,
+            files: new.written.files.clone(),
+            physical_rows: rows,
+            deletion: None,
+            row_ids,
+        });
+    }
+    next.validate().map_err(|reason| {
+        FormatError::invalid(format!("commit would produce an invalid manifest: {reason}"))
+    })?;
+    Ok(next)
+}
+
+/// Commits `txn` (read at `read`), rebasing over concurrent commits. Returns the new snapshot.
+pub async fn commit(dir: &Arc<TableDir>, read: &Manifest, txn: &Transaction) -> Result<Snapshot> {
+    let conflict = |version: u64, reason: String| FormatError::Conflict {
+        table: dir.name().to_string(),
+        version,
+        reason,
+    };
+    for _ in 0..MAX_PUT_ATTEMPTS {
+        let latest_version = dir
+            .latest_version()
+            .await?
+            .ok_or_else(|| FormatError::NotFound(dir.name().to_string()))?;
+        let latest = if latest_version == read.version {
+            read.clone()
+        } else {
+            dir.load_manifest(latest_version).await?
+        };
+        latest.check_writable(dir.name())?;
+        if let Some(reason) = rebase_conflict(read, &latest, txn) {
+            return Err(conflict(latest.version, reason));
+        }
+        let mut deletion_files = BTreeMap::new();
+        for (id, new) in &txn.deletions {
+            let now = latest.fragment(*id).expect("checked by rebase_conflict");
+            let before = read.fragment(*id).expect("checked by rebase_conflict");
+            let current = dir.read_deletions(now).await?;
+            if now.deletion != before.deletion {
+                let by_winners = &current - &dir.read_deletions(before).await?;
+                if !(&by_winners & new).is_empty() {
+                    return Err(conflict(
+                        latest.version,
+                        format!("rows of fragment {id} were deleted or updated concurrently"),
+                    ));
+                }
+            }
+            let merged = &current | new;
+            if merged.len() == current.len() {
+                continue;
+            }
+            let file = dir.write_deletions(now, &merged, txn.read_version).await?;
+            deletion_files.insert(*id, file);
+        }
+        let next = apply(&latest, txn, &deletion_files, random_tag())?;
+        if dir.put_manifest(&next).await? {
+            return Snapshot::new(dir.clone(), Arc::new(next));
+        }
+    }
+    Err(conflict(read.version, "too many concurrent commits".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::manifest::TableProperties;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    fn table(stable: bool) -> Manifest {
+        let schema = Schema::new(vec![Field::new("id", DataType::Int64, false)]);
+        let props = TableProperties { stable_row_ids: stable, ..Default::default() };
+        Manifest::new_table(&schema, props, "t".into()).unwrap()
+    }
+
+    fn append(rows: u64, name: &str) -> NewFragment {
+        NewFragment {
+            written: WrittenFragment {
+                files: vec![DataFile {
+                    path: format!("data/{name}.parquet"),
+                    columns: vec!["id".into()],
+                    size_bytes: 10,
+                }],
+                physical_rows: rows,
+            },
+            row_ids: NewRowIds::Fresh,
+        }
+    }
+
+    #[test]
+    fn appends_get_fresh_ids_at_the_end() {
+        let m = table(true);
+        let mut t = Transaction::new(Operation::Append, 1);
+        t.appends = vec![append(10, "a"), append(5, "b")];
+        let m2 = apply(&m, &t, &BTreeMap::new(), "x".into()).unwrap();
+        let mut t2 = Transaction::new(Operation::Append, 1);
+        t2.appends = vec![append(3, "c")];
+        // Rebased onto m2 although it read version 1.
+        let m3 = apply(&m2, &t2, &BTreeMap::new(), "y".into()).unwrap();
+        assert_eq!(m3.fragments.iter().map(|f| f.id).collect::<Vec<_>>(), vec![0, 1, 2]);
+        assert_eq!(m3.fragments[2].row_ids, Some(RowIdSequence::from_range(15, 3)));
+        assert_eq!(m3.next_row_id, 18);
+        assert_eq!(m3.version, 3);
+    }
+
+    #[test]
+    fn column_rewrite_replaces_columns_in_place() {
+        let m = table(false);
+        let mut t = Transaction::new(Operation::Append, 1);
+        t.appends = vec![append(4, "a")];
+        let m2 = apply(&m, &t, &BTreeMap::new(), "x".into()).unwrap();
+        let mut t2 = Transaction::new(Operation::Update, 2);
+        let file = DataFile { path: "data/new.parquet".into(), columns: vec!["id".into()], size_bytes: 1 };
+        t2.column_rewrites.insert(0, file.clone());
+        let m3 = apply(&m2, &t2, &BTreeMap::new(), "y".into()).unwrap();
+        assert_eq!(m3.fragments[0].files, vec![file]);
+        assert_eq!(m3.fragments[0].id, 0);
+    }
+
+    #[test]
+    fn touching_a_rewritten_or_removed_fragment_conflicts() {
+        let m = table(false);
+        let mut t = Transaction::new(Operation::Append, 1);
+        t.appends = vec![append(4, "a")];
+        let m2 = apply(&m, &t, &BTreeMap::new(), "x".into()).unwrap();
+        let mut rewrite = Transaction::new(Operation::Update, 2);
+        rewrite.column_rewrites.insert(
+            0,
+            DataFile { path: "data/n.parquet".into(), columns: vec!["id".into()], size_bytes: 1 },
+        );
+        let m3 = apply(&m2, &rewrite, &BTreeMap::new(), "y".into()).unwrap();
+        let mut delete = Transaction::new(Operation::Delete, 2);
+        delete.deletions.insert(0, [1u32].into_iter().collect());
+        assert!(rebase_conflict(&m2, &m3, &delete).unwrap().contains("rewritten"));
+        let mut gone = m3.clone();
+        gone.fragments.clear();
+        assert!(rebase_conflict(&m2, &gone, &delete).unwrap().contains("removed"));
+        assert!(rebase_conflict(&m2, &m2, &delete).is_none());
+    }
+}

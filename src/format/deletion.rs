@@ -1,0 +1,80 @@
+//! Deletion vectors: which physical offsets of one fragment are deleted.
+//!
+//! On disk: an 8-byte magic, the fragment id and row count it belongs to (little-endian u64s),
+//! then a portable roaring bitmap. The header lets a reader refuse a file that was copied to the
+//! wrong fragment instead of silently hiding the wrong rows.
+
+use roaring::RoaringBitmap;
+
+use super::error::{FormatError, Result};
+
+const MAGIC: &[u8; 8] = b"FVDELV01";
+const HEADER_LEN: usize = 8 + 8 + 8;
+
+pub fn encode(fragment_id: u64, physical_rows: u64, deleted: &RoaringBitmap) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + deleted.serialized_size());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&fragment_id.to_le_bytes());
+    out.extend_from_slice(&physical_rows.to_le_bytes());
+    deleted.serialize_into(&mut out).expect("writing to a Vec cannot fail");
+    out
+}
+
+/// Decodes and checks a deletion file against the fragment that references it.
+pub fn decode(
+    bytes: &[u8],
+    path: &str,
+    fragment_id: u64,
+    physical_rows: u64,
+    expected_deleted: u64,
+) -> Result<RoaringBitmap> {
+    if bytes.len() < HEADER_LEN || &bytes[..8] != MAGIC {
+        return Err(FormatError::corrupt(path, "not a fragvec deletion file"));
+    }
+    let id = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+    let rows = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes"));
+    if id != fragment_id || rows != physical_rows {
+        return Err(FormatError::corrupt(
+            path,
+            format!(
+                "deletion file is for fragment {id} with {rows} rows, \
+                 referenced by fragment {fragment_id} with {physical_rows} rows"
+            ),
+        ));
+    }
+    let bitmap = RoaringBitmap::deserialize_from(&bytes[HEADER_LEN..])
+        .map_err(|e| FormatError::corrupt(path, format!("bad roaring bitmap: {e}")))?;
+    if bitmap.len() != expected_deleted {
+        return Err(FormatError::corrupt(
+            path,
+            format!("holds {} deletions, manifest says {expected_deleted}", bitmap.len()),
+        ));
+    }
+    if bitmap.max().is_some_and(|m| u64::from(m) >= physical_rows) {
+        return Err(FormatError::corrupt(path, "deletes an offset past the fragment's end"));
+    }
+    Ok(bitmap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let bm: RoaringBitmap = [1u32, 5, 99].into_iter().collect();
+        let bytes = encode(3, 100, &bm);
+        assert_eq!(decode(&bytes, "d", 3, 100, 3).unwrap(), bm);
+    }
+
+    #[test]
+    fn rejects_wrong_fragment_truncation_and_garbage() {
+        let bm: RoaringBitmap = [1u32, 5].into_iter().collect();
+        let bytes = encode(3, 100, &bm);
+        assert!(decode(&bytes, "d", 4, 100, 2).unwrap_err().to_string().contains("fragment 3"));
+        assert!(decode(&bytes[..bytes.len() - 3], "d", 3, 100, 2).is_err());
+        assert!(decode(b"garbage", "d", 3, 100, 2).is_err());
+        assert!(decode(&bytes, "d", 3, 100, 5).is_err());
+        assert!(decode(&encode(3, 4, &bm), "d", 3, 4, 2).unwrap_err().to_string().contains("past"));
+    }
+}

@@ -1,0 +1,62 @@
+//! Errors of the table-format layer.
+
+use std::fmt;
+
+/// Everything that can go wrong while reading or writing a table's files.
+///
+/// Each variant says whose fault it is: the caller's input (`InvalidInput`, `NotFound`,
+/// `AlreadyExists`), a concurrent writer (`Conflict`, retryable), the bytes on disk
+/// (`Corrupt`, `UnknownFeature`), or the storage layer underneath (`ObjectStore`, `Parquet`, `Arrow`).
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    #[error("table '{0}' does not exist")]
+    NotFound(String),
+    #[error("table '{0}' already exists")]
+    AlreadyExists(String),
+    #[error("version {version} of table '{table}' does not exist")]
+    VersionNotFound { table: String, version: u64 },
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// Another writer committed something this transaction cannot be rebased over.
+    /// The statement may re-read the table and try again.
+    #[error("commit conflict on table '{table}' at version {version}: {reason} (retryable)")]
+    Conflict { table: String, version: u64, reason: String },
+    #[error("corrupt file {path}: {reason}")]
+    Corrupt { path: String, reason: String },
+    #[error(
+        "table '{table}' needs feature '{flag}', which this version of fragvec does not support"
+    )]
+    UnknownFeature { table: String, flag: String },
+    #[error("object store error at {path}: {source}")]
+    ObjectStore { path: String, #[source] source: object_store::Error },
+    #[error("parquet error in {path}: {source}")]
+    Parquet { path: String, #[source] source: datafusion::parquet::errors::ParquetError },
+    #[error("arrow error: {0}")]
+    Arrow(#[from] datafusion::arrow::error::ArrowError),
+}
+
+impl FormatError {
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, FormatError::Conflict { .. })
+    }
+
+    pub(crate) fn store(path: impl fmt::Display, source: object_store::Error) -> Self {
+        FormatError::ObjectStore { path: path.to_string(), source }
+    }
+
+    pub(crate) fn corrupt(path: impl fmt::Display, reason: impl Into<String>) -> Self {
+        FormatError::Corrupt { path: path.to_string(), reason: reason.into() }
+    }
+
+    pub(crate) fn invalid(reason: impl Into<String>) -> Self {
+        FormatError::InvalidInput(reason.into())
+    }
+}
+
+pub type Result<T, E = FormatError> = std::result::Result<T, E>;
+
+impl From<FormatError> for datafusion::error::DataFusionError {
+    fn from(e: FormatError) -> Self {
+        datafusion::error::DataFusionError::External(Box::new(e))
+    }
+}

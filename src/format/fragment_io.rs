@@ -1,0 +1,305 @@
+//! Reading and writing the Parquet data files of fragments.
+//!
+//! Readers return a fragment's **physical** rows in offset order (deleted rows included); the
+//! scan layer applies deletion vectors, because only it knows which offsets it needs.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
+// `ParquetObjectReader` is deprecated in parquet 59 in favour of hand-written readers; it is
+// still what DataFusion 55 itself builds on, and it does exactly the range reads we want.
+#[allow(deprecated)]
+use datafusion::parquet::arrow::async_reader::ParquetObjectReader;
+use datafusion::parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+use datafusion::parquet::arrow::async_writer::AsyncArrowWriter;
+use object_store::buffered::BufWriter;
+use datafusion::parquet::arrow::ProjectionMask;
+use datafusion::parquet::basic::Compression;
+use datafusion::parquet::file::properties::WriterProperties;
+use futures::stream::{self, BoxStream};
+use futures::{Stream, StreamExt, TryStreamExt};
+use object_store::ObjectStoreExt;
+
+use super::error::{FormatError, Result};
+use super::manifest::{DataFile, Fragment};
+use super::store::{random_tag, TableDir};
+
+/// Rows per Parquet row group: small enough that a writer buffers tens of MB, not hundreds.
+pub const ROW_GROUP_ROWS: usize = 64 * 1024;
+
+/// A fragment written but not yet committed: it gets its id when the commit assigns one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WrittenFragment {
+    pub files: Vec<DataFile>,
+    pub physical_rows: u64,
+}
+
+fn writer_properties() -> WriterProperties {
+    WriterProperties::builder()
+        .set_compression(Compression::LZ4_RAW)
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .build()
+}
+
+/// Writes one Parquet file of rows in `schema`, returning it (with the rows written).
+struct FileWriter {
+    dir: Arc<TableDir>,
+    relative: String,
+    columns: Vec<String>,
+    writer: AsyncArrowWriter<BufWriter>,
+    rows: u64,
+}
+
+impl FileWriter {
+    fn try_new(dir: &Arc<TableDir>, schema: &SchemaRef) -> Result<Self> {
+        let relative = format!("data/{}.parquet", random_tag());
+        let path = dir.path(&relative);
+        let object = BufWriter::new(dir.store().clone(), path.clone());
+        let writer = AsyncArrowWriter::try_new(object, schema.clone(), Some(writer_properties()))
+            .map_err(|e| FormatError::Parquet { path: path.to_string(), source: e })?;
+        Ok(Self {
+            dir: dir.clone(),
+            relative,
+            columns: schema.fields().iter().map(|f| f.name().clone()).collect(),
+            writer,
+            rows: 0,
+        })
+    }
+
+    async fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        self.rows += batch.num_rows() as u64;
+        self.writer
+            .write(batch)
+            .await
+            .map_err(|e| FormatError::Parquet { path: self.relative.clone(), source: e })
+    }
+
+    async fn finish(self) -> Result<(DataFile, u64)> {
+        self.writer
+            .close()
+            .await
+            .map_err(|e| FormatError::Parquet { path: self.relative.clone(), source: e })?;
+        let path = self.dir.path(&self.relative);
+        let meta = self.dir.store().head(&path).await.map_err(|e| FormatError::store(&path, e))?;
+        let file = DataFile { path: self.relative, columns: self.columns, size_bytes: meta.size };
+        Ok((file, self.rows))
+    }
+}
+
+/// Writes a stream of batches into fragments of at most `max_rows` rows each, in input order.
+pub async fn write_fragments<S>(
+    dir: &Arc<TableDir>,
+    schema: &SchemaRef,
+    mut batches: S,
+    max_rows: u64,
+) -> Result<Vec<WrittenFragment>>
+where
+    S: Stream<Item = Result<RecordBatch>> + Unpin,
+{
+    let max_rows = max_rows.max(1);
+    let mut done = Vec::new();
+    let mut current: Option<FileWriter> = None;
+    while let Some(batch) = batches.next().await {
+        let mut batch = batch?;
+        while batch.num_rows() > 0 {
+            let writer = match &mut current {
+                Some(w) => w,
+                None => current.insert(FileWriter::try_new(dir, schema)?),
+            };
+            let room = (max_rows - writer.rows) as usize;
+            let take = room.min(batch.num_rows());
+            writer.write(&batch.slice(0, take)).await?;
+            batch = batch.slice(take, batch.num_rows() - take);
+            if writer.rows == max_rows {
+                let (file, rows) = current.take().expect("writer present").finish().await?;
+                done.push(WrittenFragment { files: vec![file], physical_rows: rows });
+            }
+        }
+    }
+    if let Some(w) = current.take()
+        && w.rows > 0
+    {
+        let (file, rows) = w.finish().await?;
+        done.push(WrittenFragment { files: vec![file], physical_rows: rows });
+    }
+    Ok(done)
+}
+
+/// Writes one file holding `schema`'s columns for every physical row of a fragment (used by
+/// in-place column rewrites). The caller guarantees the row count matches the fragment.
+pub async fn write_column_file(
+    dir: &Arc<TableDir>,
+    batches: Vec<RecordBatch>,
+    schema: &SchemaRef,
+) -> Result<(DataFile, u64)> {
+    let mut writer = FileWriter::try_new(dir, schema)?;
+    for b in &batches {
+        writer.write(b).await?;
+    }
+    writer.finish().await
+}
+
+/// Streams the physical rows of `fragment`, restricted to `schema`'s columns (a subset of the
+/// table schema, in any order), in batches of at most `batch_size` rows.
+pub fn read_fragment(
+    dir: Arc<TableDir>,
+    fragment: &Fragment,
+    schema: SchemaRef,
+    batch_size: usize,
+) -> BoxStream<'static, Result<RecordBatch>> {
+    if schema.fields().is_empty() {
+        // Nothing to read: only the row count matters (e.g. COUNT(*)).
+        let total = fragment.physical_rows as usize;
+        let chunks = (0..total).step_by(batch_size.max(1)).map(move |start| {
+            let n = batch_size.min(total - start);
+            RecordBatch::try_new_with_options(
+                Arc::new(Schema::empty()),
+                vec![],
+                &RecordBatchOptions::new().with_row_count(Some(n)),
+            )
+            .map_err(FormatError::from)
+        });
+        return stream::iter(chunks.collect::<Vec<_>>()).boxed();
+    }
+    // Group the wanted columns by the file that holds them, keeping file order.
+    let mut per_file: Vec<(DataFile, Vec<String>)> = Vec::new();
+    for field in schema.fields() {
+        let Some(file) = fragment.file_for_column(field.name()) else {
+            let err = FormatError::corrupt(
+                format!("fragment {}", fragment.id),
+                format!("no data file holds column '{}'", field.name()),
+            );
+            return stream::once(async move { Err(err) }).boxed();
+        };
+        match per_file.iter_mut().find(|(f, _)| f.path == file.path) {
+            Some((_, cols)) => cols.push(field.name().clone()),
+            None => per_file.push((file.clone(), vec![field.name().clone()])),
+        }
+    }
+    let expected_rows = fragment.physical_rows;
+    let streams: Vec<_> = per_file
+        .into_iter()
+        .map(|(file, cols)| read_file(dir.clone(), file, cols, batch_size, expected_rows))
+        .collect();
+    zip_columns(streams, schema)
+}
+
+fn read_file(
+    dir: Arc<TableDir>,
+    file: DataFile,
+    columns: Vec<String>,
+    batch_size: usize,
+    expected_rows: u64,
+) -> BoxStream<'static, Result<RecordBatch>> {
+    let open = async move {
+        let path = dir.path(&file.path);
+        let perr = |e| FormatError::Parquet { path: path.to_string(), source: e };
+        #[allow(deprecated)]
+        let reader =
+            ParquetObjectReader::new(dir.store().clone(), path.clone()).with_file_size(file.size_bytes);
+        let builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(perr)?;
+        let file_rows = builder.metadata().file_metadata().num_rows() as u64;
+        if file_rows != expected_rows {
+            return Err(FormatError::corrupt(
+                &path,
+                format!("holds {file_rows} rows, its fragment has {expected_rows}"),
+            ));
+        }
+        let file_schema = builder.schema().clone();
+        let indices = columns
+            .iter()
+            .map(|c| {
+                file_schema.index_of(c).map_err(|_| {
+                    FormatError::corrupt(&path, format!("column '{c}' missing from the file"))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mask = ProjectionMask::roots(builder.parquet_schema(), indices.iter().copied());
+        let stream = builder.with_projection(mask).with_batch_size(batch_size).build().map_err(perr)?;
+        let path_for_err = path.to_string();
+        Ok(stream.map_err(move |e| FormatError::Parquet { path: path_for_err.clone(), source: e }))
+    };
+    stream::once(open).try_flatten().boxed()
+}
+
+/// Stitches the per-file streams of one fragment into batches of `schema`, re-slicing so that
+/// files with different batch boundaries still line up row for row.
+fn zip_columns(
+    streams: Vec<BoxStream<'static, Result<RecordBatch>>>,
+    schema: SchemaRef,
+) -> BoxStream<'static, Result<RecordBatch>> {
+    if streams.len() == 1 {
+        let schema2 = schema.clone();
+        return streams
+            .into_iter()
+            .next()
+            .expect("one stream")
+            .map(move |b| reorder(&b?, &schema2))
+            .boxed();
+    }
+    struct State {
+        streams: Vec<BoxStream<'static, Result<RecordBatch>>>,
+        pending: Vec<VecDeque<RecordBatch>>,
+        schema: SchemaRef,
+    }
+    let n = streams.len();
+    let state = State { streams, pending: vec![VecDeque::new(); n], schema };
+    stream::try_unfold(state, |mut st| async move {
+        // Make sure every file has a batch ready (or is exhausted).
+        for i in 0..st.streams.len() {
+            if st.pending[i].is_empty()
+                && let Some(b) = st.streams[i].next().await
+            {
+                st.pending[i].push_back(b?);
+            }
+        }
+        let lens: Vec<usize> =
+            st.pending.iter().map(|q| q.front().map_or(0, |b| b.num_rows())).collect();
+        let Some(&take) = lens.iter().min() else { return Ok(None) };
+        if take == 0 {
+            if lens.iter().any(|&l| l > 0) {
+                return Err(FormatError::corrupt("fragment", "data files hold different row counts"));
+            }
+            return Ok(None);
+        }
+        let mut columns: Vec<(String, ArrayRef)> = Vec::new();
+        for q in st.pending.iter_mut() {
+            let front = q.pop_front().expect("non-empty");
+            let head = front.slice(0, take);
+            if front.num_rows() > take {
+                q.push_front(front.slice(take, front.num_rows() - take));
+            }
+            for (f, c) in head.schema().fields().iter().zip(head.columns()) {
+                columns.push((f.name().clone(), c.clone()));
+            }
+        }
+        let arrays = st
+            .schema
+            .fields()
+            .iter()
+            .map(|f| {
+                columns.iter().find(|(n, _)| n == f.name()).map(|(_, a)| a.clone()).ok_or_else(
+                    || FormatError::corrupt("fragment", format!("column '{}' missing", f.name())),
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let batch = RecordBatch::try_new(st.schema.clone(), arrays)?;
+        Ok(Some((batch, st)))
+    })
+    .boxed()
+}
+
+fn reorder(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    let arrays = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            batch.column_by_name(f.name()).cloned().ok_or_else(|| {
+                FormatError::corrupt("fragment", format!("column '{}' missing", f.name()))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecordBatch::try_new(schema.clone(), arrays)?)
+}

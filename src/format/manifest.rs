@@ -1,0 +1,466 @@
+//! The manifest: one immutable JSON document per table version.
+//!
+//! A manifest is the whole table state at one version: schema, properties, the **ordered** fragment
+//! list, id counters, index segments, the reuse ledger, feature flags and the transaction that
+//! produced it. It is written once with a create-if-absent put and never modified, so any version
+//! can be re-read later (time travel) and two writers can never both publish the same version.
+//!
+//! # The logical order contract
+//!
+//! The position of a fragment in [`Manifest::fragments`] is its place in the table's scan order;
+//! fragment ids are names, never positions. Ids are never reused and need not be sorted. Every
+//! operation says where its fragments go: appends go at the end; rewrites (compaction, recluster)
+//! replace their sources in place, at the position of the sources. A scan reads fragments in list
+//! order and the rows of each fragment in offset order, so `SELECT * FROM t` without `ORDER BY`
+//! returns rows in this logical order.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use serde::{Deserialize, Serialize};
+
+use super::error::{FormatError, Result};
+use super::rowids::RowIdSequence;
+
+/// First field of every manifest; anything else is a foreign file.
+pub const MANIFEST_MAGIC: &str = "fragvec-manifest";
+/// Manifest layout version this build writes and the newest it reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// Reader features this build understands. A table naming any other feature is refused.
+pub const KNOWN_READER_FEATURES: &[&str] = &[feature::STABLE_ROW_IDS, feature::DELETION_FILES];
+/// Writer features this build understands (a writer must understand reader features too).
+pub const KNOWN_WRITER_FEATURES: &[&str] = &[feature::STABLE_ROW_IDS, feature::DELETION_FILES];
+
+pub mod feature {
+    /// Fragments carry row-id sequences; `_rowid` is stable across updates and moves.
+    pub const STABLE_ROW_IDS: &str = "stable_row_ids";
+    /// Fragments may carry deletion files.
+    pub const DELETION_FILES: &str = "deletion_files";
+}
+
+/// Default for the `max_rows_per_fragment` table option.
+pub const DEFAULT_MAX_ROWS_PER_FRAGMENT: u64 = 1 << 20;
+/// Fragment ids share a row address with a 32-bit offset, so they must fit in 32 bits.
+pub const MAX_FRAGMENT_ID: u64 = u32::MAX as u64;
+
+/// Row address of a physical row: `(fragment_id << 32) | offset`.
+pub fn row_address(fragment_id: u64, offset: u64) -> u64 {
+    (fragment_id << 32) | offset
+}
+
+/// Splits a row address into `(fragment_id, offset)`.
+pub fn split_row_address(addr: u64) -> (u64, u64) {
+    (addr >> 32, addr & 0xFFFF_FFFF)
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ColumnDef {
+    pub name: String,
+    /// Arrow's display form of the type, e.g. `Int64` or `FixedSizeList(128 x Float32)`.
+    pub data_type: String,
+    pub nullable: bool,
+}
+
+/// Options fixed when the table is created.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TableProperties {
+    pub stable_row_ids: bool,
+    pub max_rows_per_fragment: u64,
+}
+
+impl Default for TableProperties {
+    fn default() -> Self {
+        Self { stable_row_ids: false, max_rows_per_fragment: DEFAULT_MAX_ROWS_PER_FRAGMENT }
+    }
+}
+
+/// One Parquet file holding some columns of every physical row of a fragment.
+///
+/// A fragment starts with one file holding all columns; an in-place column rewrite adds a file
+/// with the rewritten columns and drops those columns from the older files' lists.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataFile {
+    /// Relative to the table root.
+    pub path: String,
+    pub columns: Vec<String>,
+    pub size_bytes: u64,
+}
+
+/// A roaring bitmap of deleted offsets of one fragment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeletionFile {
+    /// Relative to the table root.
+    pub path: String,
+    pub deleted_rows: u64,
+    /// The table version whose deletions this file extends (the commit's read version).
+    pub read_version: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Fragment {
+    pub id: u64,
+    pub files: Vec<DataFile>,
+    pub physical_rows: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion: Option<DeletionFile>,
+    /// Present exactly when the table has stable row ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row_ids: Option<RowIdSequence>,
+}
+
+impl Fragment {
+    pub fn deleted_rows(&self) -> u64 {
+        self.deletion.as_ref().map_or(0, |d| d.deleted_rows)
+    }
+
+    pub fn live_rows(&self) -> u64 {
+        self.physical_rows - self.deleted_rows()
+    }
+
+    /// The data file that holds `column`, if any.
+    pub fn file_for_column(&self, column: &str) -> Option<&DataFile> {
+        self.files.iter().find(|f| f.columns.iter().any(|c| c == column))
+    }
+}
+
+/// What produced a version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Operation {
+    Create,
+    Append,
+    Delete,
+    Update,
+    Merge,
+}
+
+impl Operation {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Append => "APPEND",
+            Operation::Delete => "DELETE",
+            Operation::Update => "UPDATE",
+            Operation::Merge => "MERGE",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TransactionRecord {
+    pub operation: Operation,
+    /// The version the transaction read (and rebased from, if it lost a race).
+    pub read_version: u64,
+    pub timestamp_ms: i64,
+    /// Random tag of the transaction, to tell two commits apart in logs.
+    pub tag: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub magic: String,
+    pub format_version: u32,
+    pub version: u64,
+    pub columns: Vec<ColumnDef>,
+    pub properties: TableProperties,
+    /// In logical (scan) order. See the module docs.
+    pub fragments: Vec<Fragment>,
+    pub next_fragment_id: u64,
+    pub next_row_id: u64,
+    /// Vector index segments. Always empty in this format version: a table that has any carries
+    /// a reader feature this build does not know, and is refused before this list is read.
+    #[serde(default)]
+    pub index_segments: Vec<serde_json::Value>,
+    /// Fragment-reuse ledger. Empty in this format version, gated the same way.
+    #[serde(default)]
+    pub reuse_ledger: Vec<serde_json::Value>,
+    pub reader_features: BTreeSet<String>,
+    pub writer_features: BTreeSet<String>,
+    pub transaction: TransactionRecord,
+}
+
+impl Manifest {
+    /// The manifest of version 1 of a new, empty table.
+    pub fn new_table(schema: &Schema, properties: TableProperties, tag: String) -> Result<Self> {
+        let columns = schema
+            .fields()
+            .iter()
+            .map(|f| ColumnDef {
+                name: f.name().clone(),
+                data_type: f.data_type().to_string(),
+                nullable: f.is_nullable(),
+            })
+            .collect();
+        let mut reader_features = BTreeSet::from([feature::DELETION_FILES.to_string()]);
+        if properties.stable_row_ids {
+            reader_features.insert(feature::STABLE_ROW_IDS.to_string());
+        }
+        let manifest = Manifest {
+            magic: MANIFEST_MAGIC.to_string(),
+            format_version: FORMAT_VERSION,
+            version: 1,
+            columns,
+            properties,
+            fragments: vec![],
+            next_fragment_id: 0,
+            next_row_id: 0,
+            index_segments: vec![],
+            reuse_ledger: vec![],
+            writer_features: reader_features.clone(),
+            reader_features,
+            transaction: TransactionRecord {
+                operation: Operation::Create,
+                read_version: 0,
+                timestamp_ms: now_ms(),
+                tag,
+            },
+        };
+        manifest.arrow_schema()?;
+        Ok(manifest)
+    }
+
+    pub fn arrow_schema(&self) -> Result<SchemaRef> {
+        let fields = self
+            .columns
+            .iter()
+            .map(|c| {
+                let dt = DataType::from_str(&c.data_type).map_err(|e| {
+                    FormatError::invalid(format!("column '{}' has unreadable type: {e}", c.name))
+                })?;
+                Ok(Field::new(&c.name, dt, c.nullable))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Arc::new(Schema::new(fields)))
+    }
+
+    pub fn column_names(&self) -> Vec<String> {
+        self.columns.iter().map(|c| c.name.clone()).collect()
+    }
+
+    pub fn live_rows(&self) -> u64 {
+        self.fragments.iter().map(Fragment::live_rows).sum()
+    }
+
+    pub fn fragment(&self, id: u64) -> Option<&Fragment> {
+        self.fragments.iter().find(|f| f.id == id)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec_pretty(self).expect("manifest serializes")
+    }
+
+    /// Parses and validates a manifest. `path` and `table` only label errors.
+    pub fn decode(bytes: &[u8], path: &str, table: &str) -> Result<Self> {
+        // Peek at magic and features first, so a foreign file or a newer table fails with the
+        // precise reason rather than a confusing field error.
+        let value: serde_json::Value = serde_json::from_slice(bytes)
+            .map_err(|e| FormatError::corrupt(path, format!("not a JSON manifest: {e}")))?;
+        if value.get("magic").and_then(|m| m.as_str()) != Some(MANIFEST_MAGIC) {
+            return Err(FormatError::corrupt(path, "not a fragvec manifest (bad magic)"));
+        }
+        if let Some(flags) = value.get("reader_features").and_then(|f| f.as_array()) {
+            for flag in flags {
+                let flag = flag.as_str().unwrap_or("<non-string>");
+                if !KNOWN_READER_FEATURES.contains(&flag) {
+                    return Err(FormatError::UnknownFeature {
+                        table: table.to_string(),
+                        flag: flag.to_string(),
+                    });
+                }
+            }
+        }
+        let manifest: Manifest = serde_json::from_value(value)
+            .map_err(|e| FormatError::corrupt(path, format!("invalid manifest: {e}")))?;
+        manifest.validate().map_err(|reason| FormatError::corrupt(path, reason))?;
+        Ok(manifest)
+    }
+
+    /// Refuses to write a table whose writer features this build does not know.
+    pub fn check_writable(&self, table: &str) -> Result<()> {
+        for flag in &self.writer_features {
+            if !KNOWN_WRITER_FEATURES.contains(&flag.as_str()) {
+                return Err(FormatError::UnknownFeature {
+                    table: table.to_string(),
+                    flag: flag.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Structural invariants; a violation means the file is corrupt.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.format_version > FORMAT_VERSION || self.format_version == 0 {
+            return Err(format!("unsupported manifest format version {}", self.format_version));
+        }
+        if self.version == 0 {
+            return Err("version 0 is not a valid table version".into());
+        }
+        if !self.index_segments.is_empty() || !self.reuse_ledger.is_empty() {
+            return Err("index segments or ledger entries without their feature flag".into());
+        }
+        let columns: HashSet<&str> = self.columns.iter().map(|c| c.name.as_str()).collect();
+        if columns.len() != self.columns.len() {
+            return Err("duplicate column names".into());
+        }
+        self.arrow_schema().map_err(|e| e.to_string())?;
+        let stable = self.properties.stable_row_ids;
+        if stable != self.reader_features.contains(feature::STABLE_ROW_IDS) {
+            return Err("stable_row_ids property and feature flag disagree".into());
+        }
+        if self.properties.max_rows_per_fragment == 0 {
+            return Err("max_rows_per_fragment must be positive".into());
+        }
+        let mut ids = HashSet::new();
+        for frag in &self.fragments {
+            let id = frag.id;
+            if !ids.insert(id) {
+                return Err(format!("fragment id {id} appears twice"));
+            }
+            if id >= self.next_fragment_id || id > MAX_FRAGMENT_ID {
+                return Err(format!("fragment id {id} is not below next_fragment_id"));
+            }
+            if frag.physical_rows > MAX_FRAGMENT_ID {
+                return Err(format!("fragment {id} has too many rows"));
+            }
+            let mut covered: BTreeMap<&str, usize> = BTreeMap::new();
+            for file in &frag.files {
+                check_relative_path(&file.path)?;
+                for c in &file.columns {
+                    *covered.entry(c.as_str()).or_default() += 1;
+                }
+            }
+            for c in &columns {
+                if covered.get(c) != Some(&1) {
+                    return Err(format!("fragment {id}: column '{c}' is not held by exactly one file"));
+                }
+            }
+            if covered.len() != columns.len() {
+                return Err(format!("fragment {id} holds a column the schema does not have"));
+            }
+            if let Some(d) = &frag.deletion {
+                check_relative_path(&d.path)?;
+                if d.deleted_rows > frag.physical_rows {
+                    return Err(format!("fragment {id} deletes more rows than it has"));
+                }
+            }
+            match (&frag.row_ids, stable) {
+                (Some(seq), true) => {
+                    seq.validate()?;
+                    if seq.len() != frag.physical_rows {
+                        return Err(format!("fragment {id}: row-id count differs from row count"));
+                    }
+                    if seq.max_id().is_some_and(|m| m >= self.next_row_id) {
+                        return Err(format!("fragment {id}: row id not below next_row_id"));
+                    }
+                }
+                (None, false) => {}
+                (Some(_), false) => return Err(format!("fragment {id} has row ids, table does not")),
+                (None, true) => return Err(format!("fragment {id} lacks row ids")),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_relative_path(path: &str) -> std::result::Result<(), String> {
+    if path.is_empty()
+        || path.starts_with('/')
+        || path.contains("..")
+        || path.contains("://")
+        || path.contains('\\')
+    {
+        return Err(format!("file path '{path}' is not a plain relative path"));
+    }
+    Ok(())
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Manifest {
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new(
+                "emb",
+                DataType::FixedSizeList(Arc::new(Field::new_list_field(DataType::Float32, true)), 4),
+                true,
+            ),
+        ]);
+        Manifest::new_table(&schema, TableProperties::default(), "t".into()).unwrap()
+    }
+
+    #[test]
+    fn schema_round_trips_through_json() {
+        let m = sample();
+        let back = Manifest::decode(&m.encode(), "m", "t").unwrap();
+        assert_eq!(back, m);
+        assert_eq!(back.arrow_schema().unwrap(), m.arrow_schema().unwrap());
+    }
+
+    #[test]
+    fn unknown_reader_feature_is_named() {
+        let mut m = sample();
+        m.reader_features.insert("time_machine".into());
+        let err = Manifest::decode(&m.encode(), "m", "t").unwrap_err().to_string();
+        assert!(err.contains("time_machine"), "{err}");
+    }
+
+    #[test]
+    fn foreign_and_truncated_files_are_corrupt() {
+        let e = Manifest::decode(b"{\"hello\": 1}", "m", "t").unwrap_err().to_string();
+        assert!(e.contains("bad magic"), "{e}");
+        let bytes = sample().encode();
+        let e = Manifest::decode(&bytes[..bytes.len() / 2], "m", "t").unwrap_err().to_string();
+        assert!(e.contains("not a JSON manifest"), "{e}");
+    }
+
+    #[test]
+    fn fragment_missing_a_column_is_corrupt() {
+        let mut m = sample();
+        m.next_fragment_id = 1;
+        m.fragments.push(Fragment {
+            id: 0,
+            files: vec![DataFile { path: "data/a.parquet".into(), columns: vec!["id".into()], size_bytes: 1 }],
+            physical_rows: 3,
+            deletion: None,
+            row_ids: None,
+        });
+        let e = Manifest::decode(&m.encode(), "m", "t").unwrap_err().to_string();
+        assert!(e.contains("'emb'"), "{e}");
+    }
+
+    #[test]
+    fn escaping_paths_are_corrupt() {
+        let mut m = sample();
+        m.next_fragment_id = 1;
+        m.fragments.push(Fragment {
+            id: 0,
+            files: vec![DataFile {
+                path: "../other/x.parquet".into(),
+                columns: vec!["id".into(), "emb".into()],
+                size_bytes: 1,
+            }],
+            physical_rows: 3,
+            deletion: None,
+            row_ids: None,
+        });
+        assert!(Manifest::decode(&m.encode(), "m", "t").is_err());
+    }
+
+    #[test]
+    fn row_addresses_split_back() {
+        let a = row_address(7, 12345);
+        assert_eq!(split_row_address(a), (7, 12345));
+    }
+}

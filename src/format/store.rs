@@ -1,0 +1,344 @@
+//! Where tables live: a database is a directory or object-store prefix holding one folder per
+//! table. Inside a table folder every path is relative, so a table can be copied elsewhere:
+//!
+//! ```text
+//! <table>/_versions/00000000000000000007.manifest   immutable manifests, one per version
+//! <table>/data/<random>.parquet                      data files of fragments
+//! <table>/_deletions/<fragment>-<random>.del         deletion vectors
+//! ```
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use futures::TryStreamExt;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use roaring::RoaringBitmap;
+
+use super::deletion;
+use super::error::{FormatError, Result};
+use super::manifest::{DeletionFile, Fragment, Manifest, TableProperties};
+
+const VERSIONS_DIR: &str = "_versions";
+const MANIFEST_SUFFIX: &str = ".manifest";
+
+/// In-process `memory://name` stores, so two sessions in one process can share one.
+static MEMORY_STORES: LazyLock<Mutex<HashMap<String, Arc<InMemory>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// A database: a store and a root prefix under which each table has its own folder.
+#[derive(Clone, Debug)]
+pub struct Database {
+    store: Arc<dyn ObjectStore>,
+    root: Path,
+    location: String,
+}
+
+impl Database {
+    /// Opens a database at a local path, `file://` URL, `memory://[name]`, or (with the `s3`
+    /// feature) an `s3://bucket/prefix` URL. A local directory is created if missing.
+    pub async fn open(location: &str) -> Result<Self> {
+        let (store, root): (Arc<dyn ObjectStore>, Path) =
+            if let Some(name) = location.strip_prefix("memory://") {
+                let mut stores = MEMORY_STORES.lock().expect("memory store registry");
+                let store = stores.entry(name.to_string()).or_default().clone();
+                (store, Path::default())
+            } else if let Some(rest) = location.strip_prefix("s3://") {
+                open_s3(rest)?
+            } else if location.contains("://") && !location.starts_with("file://") {
+                return Err(FormatError::invalid(format!(
+                    "unsupported database location '{location}' (use a path, file://, memory://{})",
+                    if cfg!(feature = "s3") { " or s3://" } else { "" }
+                )));
+            } else {
+                let dir = location.strip_prefix("file://").unwrap_or(location);
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    FormatError::invalid(format!("cannot create database directory {dir}: {e}"))
+                })?;
+                let fs = object_store::local::LocalFileSystem::new_with_prefix(dir)
+                    .map_err(|e| FormatError::store(dir, e))?
+                    .with_automatic_cleanup(true);
+                (Arc::new(fs), Path::default())
+            };
+        Ok(Self { store, root, location: location.to_string() })
+    }
+
+    /// A database over any object store, e.g. one the embedding application configured.
+    pub fn from_store(store: Arc<dyn ObjectStore>, root: Path, location: String) -> Self {
+        Self { store, root, location }
+    }
+
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    pub fn table(&self, name: &str) -> Result<TableDir> {
+        validate_table_name(name)?;
+        Ok(TableDir {
+            store: self.store.clone(),
+            root: self.root.clone().join(name),
+            name: name.to_string(),
+        })
+    }
+
+    /// Names of the tables in the database (folders that hold at least one manifest).
+    pub async fn list_tables(&self) -> Result<Vec<String>> {
+        let listing = self
+            .store
+            .list_with_delimiter(Some(&self.root))
+            .await
+            .map_err(|e| FormatError::store(&self.root, e))?;
+        let mut names = Vec::new();
+        for prefix in listing.common_prefixes {
+            let Some(name) = prefix.filename() else { continue };
+            if validate_table_name(name).is_ok() && self.table(name)?.latest_version().await?.is_some()
+            {
+                names.push(name.to_string());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// Creates a table at version 1. Fails if a table of that name exists.
+    pub async fn create_table(
+        &self,
+        name: &str,
+        schema: &Schema,
+        properties: TableProperties,
+    ) -> Result<Snapshot> {
+        let dir = self.table(name)?;
+        if dir.latest_version().await?.is_some() {
+            return Err(FormatError::AlreadyExists(name.to_string()));
+        }
+        let manifest = Manifest::new_table(schema, properties, random_tag())?;
+        if !dir.put_manifest(&manifest).await? {
+            return Err(FormatError::AlreadyExists(name.to_string()));
+        }
+        Snapshot::new(Arc::new(dir), Arc::new(manifest))
+    }
+
+    /// Deletes every file of a table.
+    pub async fn drop_table(&self, name: &str) -> Result<()> {
+        let dir = self.table(name)?;
+        if dir.latest_version().await?.is_none() {
+            return Err(FormatError::NotFound(name.to_string()));
+        }
+        // Manifests go first, so a crash midway leaves no half-table behind a valid manifest.
+        let mut manifests: Vec<Path> = self
+            .store
+            .list(Some(&dir.root.clone().join(VERSIONS_DIR)))
+            .map_ok(|m| m.location)
+            .try_collect()
+            .await
+            .map_err(|e| FormatError::store(&dir.root, e))?;
+        manifests.sort();
+        for path in manifests.iter().rev() {
+            self.store.delete(path).await.map_err(|e| FormatError::store(path, e))?;
+        }
+        let rest: Vec<Path> = self
+            .store
+            .list(Some(&dir.root))
+            .map_ok(|m| m.location)
+            .try_collect()
+            .await
+            .map_err(|e| FormatError::store(&dir.root, e))?;
+        for path in rest {
+            match self.store.delete(&path).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(FormatError::store(&path, e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(feature = "s3")]
+fn open_s3(rest: &str) -> Result<(Arc<dyn ObjectStore>, Path)> {
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let store = object_store::aws::AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        .build()
+        .map_err(|e| FormatError::store(format!("s3://{rest}"), e))?;
+    Ok((Arc::new(store), Path::from(prefix)))
+}
+
+#[cfg(not(feature = "s3"))]
+fn open_s3(rest: &str) -> Result<(Arc<dyn ObjectStore>, Path)> {
+    Err(FormatError::invalid(format!(
+        "s3://{rest}: this build of fragvec has no S3 support (enable the `s3` cargo feature)"
+    )))
+}
+
+pub fn validate_table_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        && !name.starts_with('_');
+    if ok {
+        Ok(())
+    } else {
+        Err(FormatError::invalid(format!(
+            "invalid table name '{name}': use letters, digits, '_' and '-', not starting with '_'"
+        )))
+    }
+}
+
+/// A random 128-bit hex tag for file names and transactions.
+pub fn random_tag() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// One table's folder.
+#[derive(Clone, Debug)]
+pub struct TableDir {
+    store: Arc<dyn ObjectStore>,
+    root: Path,
+    name: String,
+}
+
+impl TableDir {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// Absolute store path of a path relative to the table root.
+    pub fn path(&self, relative: &str) -> Path {
+        let mut p = self.root.clone();
+        for part in relative.split('/') {
+            p = p.join(part);
+        }
+        p
+    }
+
+    fn manifest_path(&self, version: u64) -> Path {
+        self.root.clone().join(VERSIONS_DIR).join(format!("{version:020}{MANIFEST_SUFFIX}"))
+    }
+
+    /// All committed versions, ascending.
+    pub async fn versions(&self) -> Result<Vec<u64>> {
+        let dir = self.root.clone().join(VERSIONS_DIR);
+        let metas: Vec<_> = self
+            .store
+            .list(Some(&dir))
+            .try_collect()
+            .await
+            .map_err(|e| FormatError::store(&dir, e))?;
+        let mut versions: Vec<u64> = metas
+            .iter()
+            .filter_map(|m| m.location.filename()?.strip_suffix(MANIFEST_SUFFIX)?.parse().ok())
+            .collect();
+        versions.sort_unstable();
+        Ok(versions)
+    }
+
+    pub async fn latest_version(&self) -> Result<Option<u64>> {
+        Ok(self.versions().await?.last().copied())
+    }
+
+    pub async fn load_manifest(&self, version: u64) -> Result<Manifest> {
+        let path = self.manifest_path(version);
+        let bytes = match self.store.get(&path).await {
+            Ok(r) => r.bytes().await.map_err(|e| FormatError::store(&path, e))?,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(FormatError::VersionNotFound { table: self.name.clone(), version });
+            }
+            Err(e) => return Err(FormatError::store(&path, e)),
+        };
+        let manifest = Manifest::decode(&bytes, path.as_ref(), &self.name)?;
+        if manifest.version != version {
+            return Err(FormatError::corrupt(
+                &path,
+                format!("file name says version {version}, contents say {}", manifest.version),
+            ));
+        }
+        Ok(manifest)
+    }
+
+    pub async fn snapshot(self: &Arc<Self>, version: u64) -> Result<Snapshot> {
+        Snapshot::new(self.clone(), Arc::new(self.load_manifest(version).await?))
+    }
+
+    pub async fn latest(self: &Arc<Self>) -> Result<Snapshot> {
+        match self.latest_version().await? {
+            Some(v) => self.snapshot(v).await,
+            None => Err(FormatError::NotFound(self.name.clone())),
+        }
+    }
+
+    /// Publishes a manifest if its version is free. `Ok(false)` means another writer won.
+    pub async fn put_manifest(&self, manifest: &Manifest) -> Result<bool> {
+        let path = self.manifest_path(manifest.version);
+        let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
+        match self.store.put_opts(&path, PutPayload::from(manifest.encode()), opts).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(e) => Err(FormatError::store(&path, e)),
+        }
+    }
+
+    /// Reads a fragment's deletion vector (empty if it has none).
+    pub async fn read_deletions(&self, fragment: &Fragment) -> Result<RoaringBitmap> {
+        let Some(file) = &fragment.deletion else { return Ok(RoaringBitmap::new()) };
+        let path = self.path(&file.path);
+        let bytes = self
+            .store
+            .get(&path)
+            .await
+            .map_err(|e| FormatError::store(&path, e))?
+            .bytes()
+            .await
+            .map_err(|e| FormatError::store(&path, e))?;
+        deletion::decode(&bytes, path.as_ref(), fragment.id, fragment.physical_rows, file.deleted_rows)
+    }
+
+    /// Writes a new deletion file for a fragment. The manifest that references it is the commit.
+    pub async fn write_deletions(
+        &self,
+        fragment: &Fragment,
+        deleted: &RoaringBitmap,
+        read_version: u64,
+    ) -> Result<DeletionFile> {
+        let relative = format!("_deletions/{}-{}.del", fragment.id, random_tag());
+        let path = self.path(&relative);
+        let bytes = deletion::encode(fragment.id, fragment.physical_rows, deleted);
+        self.store
+            .put(&path, PutPayload::from(bytes))
+            .await
+            .map_err(|e| FormatError::store(&path, e))?;
+        Ok(DeletionFile { path: relative, deleted_rows: deleted.len(), read_version })
+    }
+}
+
+/// One version of one table: what a query reads from start to end.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub dir: Arc<TableDir>,
+    pub manifest: Arc<Manifest>,
+    pub schema: SchemaRef,
+}
+
+impl Snapshot {
+    pub fn new(dir: Arc<TableDir>, manifest: Arc<Manifest>) -> Result<Self> {
+        let schema = manifest.arrow_schema()?;
+        Ok(Self { dir, manifest, schema })
+    }
+
+    pub fn version(&self) -> u64 {
+        self.manifest.version
+    }
+
+    pub fn name(&self) -> &str {
+        self.dir.name()
+    }
+}

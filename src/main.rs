@@ -1,0 +1,50 @@
+//! The `fragvec` binary. See [`fragvec::cli`] — kept in the library so it is tested with it.
+
+use clap::Parser;
+use fragvec::cli::{demo, output, shell, Cli, Command};
+use fragvec::FragvecSession;
+
+#[tokio::main]
+async fn main() {
+    let cli = Cli::parse();
+    let code = match run(cli).await {
+        Ok(()) => 0,
+        Err(message) => {
+            eprintln!("error: {message}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+async fn run(cli: Cli) -> Result<(), String> {
+    let session = FragvecSession::open(&cli.db).await.map_err(|e| e.to_string())?;
+    if let Some(Command::Demo) = cli.command {
+        return demo::run(&session, cli.format).await;
+    }
+    let mut scripts: Vec<String> = cli.commands.clone();
+    if let Some(path) = &cli.file {
+        scripts.push(
+            std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?,
+        );
+    }
+    if scripts.is_empty() {
+        return shell::run(&session, cli.format).await;
+    }
+    let mut out = std::io::stdout();
+    let mut number = 0;
+    for script in &scripts {
+        let statements = fragvec::sql::parse_statements(script).map_err(|e| {
+            format!("statement {}: {e}", number + 1)
+        })?;
+        for statement in statements {
+            number += 1;
+            let result = session
+                .execute(statement)
+                .await
+                .map_err(|e| format!("statement {number}: {e}"))?;
+            output::print(&result, cli.format, &mut out).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,11 @@
+//! fragvec's SQL front end, the part that needs no session: parsing (ours first, then
+//! DataFusion's), relation pinning, and turning DML into finder queries.
+//!
+//! Everything here works on sqlparser ASTs and strings; executing statements is
+//! [`crate::engine::FragvecSession`]'s job.
+
+pub mod finder;
+pub mod parser;
+pub mod pin;
+
+pub use parser::{parse_statements, FragvecStatement};
