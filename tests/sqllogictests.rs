@@ -1,1 +1,171 @@
-fn main() {}
+//! Runs the conformance suite in `sql-tests/*.slt`.
+//!
+//! Each file gets a fresh scratch database directory. Besides SQL, the files may use one
+//! test-only statement, `REOPEN DATABASE`, which drops the session and opens a new one on the
+//! same directory, so persistence is tested.
+//!
+//! `cargo test --test sqllogictests -- --complete` (or `FRAGVEC_SLT_COMPLETE=1`) rewrites the
+//! expected output of every record from what fragvec returns now; review the diff.
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::error::DataFusionError;
+use fragvec::FragvecSession;
+use sqllogictest::harness::{Arguments, Failed, Trial};
+use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType, Runner};
+
+struct Db {
+    location: String,
+    session: FragvecSession,
+}
+
+impl Db {
+    async fn open(location: String) -> Result<Self, DataFusionError> {
+        let session = FragvecSession::open(&location).await?;
+        Ok(Self { location, session })
+    }
+}
+
+#[async_trait]
+impl AsyncDB for Db {
+    type Error = DataFusionError;
+    type ColumnType = DefaultColumnType;
+
+    async fn run(&mut self, sql: &str) -> Result<DBOutput<Self::ColumnType>, Self::Error> {
+        if sql.trim().trim_end_matches(';').eq_ignore_ascii_case("REOPEN DATABASE") {
+            self.session = FragvecSession::open(&self.location).await?;
+            return Ok(DBOutput::StatementComplete(0));
+        }
+        let mut results = self.session.sql(sql).await?;
+        let Some(result) = results.pop() else { return Ok(DBOutput::StatementComplete(0)) };
+        if let Some(n) = result.rows_affected {
+            return Ok(DBOutput::StatementComplete(n));
+        }
+        if result.schema.fields().is_empty() {
+            return Ok(DBOutput::StatementComplete(0));
+        }
+        let types = result.schema.fields().iter().map(|f| column_type(f.data_type())).collect();
+        let mut rows = Vec::new();
+        for batch in &result.batches {
+            rows.extend(batch_rows(batch)?);
+        }
+        Ok(DBOutput::Rows { types, rows })
+    }
+
+    async fn shutdown(&mut self) {}
+
+    fn engine_name(&self) -> &str {
+        "fragvec"
+    }
+
+    async fn sleep(duration: std::time::Duration) {
+        tokio::time::sleep(duration).await;
+    }
+}
+
+fn column_type(dt: &DataType) -> DefaultColumnType {
+    if dt.is_integer() {
+        DefaultColumnType::Integer
+    } else if dt.is_floating() || matches!(dt, DataType::Decimal128(..) | DataType::Decimal256(..)) {
+        DefaultColumnType::FloatingPoint
+    } else {
+        DefaultColumnType::Text
+    }
+}
+
+/// Cells as text: NULL as `NULL`, empty strings as `(empty)`, floats rounded to 12 digits.
+fn batch_rows(batch: &RecordBatch) -> Result<Vec<Vec<String>>, DataFusionError> {
+    let options = FormatOptions::default().with_null("NULL");
+    let formatters = batch
+        .columns()
+        .iter()
+        .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut rows = Vec::with_capacity(batch.num_rows());
+    for row in 0..batch.num_rows() {
+        let mut cells = Vec::with_capacity(batch.num_columns());
+        for (col, formatter) in batch.columns().iter().zip(&formatters) {
+            cells.push(cell(col, row, &formatter.value(row).to_string()));
+        }
+        rows.push(cells);
+    }
+    Ok(rows)
+}
+
+fn cell(column: &ArrayRef, row: usize, text: &str) -> String {
+    if column.is_null(row) {
+        return "NULL".into();
+    }
+    if column.data_type().is_floating() {
+        if let Ok(v) = text.parse::<f64>() {
+            if v.is_finite() {
+                let s = format!("{v:.12}");
+                let s = s.trim_end_matches('0').trim_end_matches('.');
+                return if s == "-0" { "0".into() } else { s.to_string() };
+            }
+        }
+        return text.to_string();
+    }
+    if text.is_empty() && matches!(column.data_type(), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) {
+        return "(empty)".into();
+    }
+    text.to_string()
+}
+
+fn run_file(path: PathBuf, complete: bool) -> Result<(), Failed> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failed::from(e.to_string()))?;
+    runtime.block_on(async move {
+        let dir = tempfile::tempdir().map_err(|e| Failed::from(e.to_string()))?;
+        let location = dir.path().join("db").to_string_lossy().to_string();
+        let mut runner = Runner::new(move || {
+            let location = location.clone();
+            async move { Db::open(location).await }
+        });
+        if complete {
+            runner
+                .update_test_file(
+                    &path,
+                    " ",
+                    sqllogictest::default_validator,
+                    sqllogictest::default_normalizer,
+                    sqllogictest::default_column_validator,
+                )
+                .await
+                .map_err(|e| Failed::from(e.to_string()))
+        } else {
+            runner.run_file_async(&path).await.map_err(|e| Failed::from(e.display(true).to_string()))
+        }
+    })
+}
+
+fn main() {
+    let mut args: Vec<String> = std::env::args().collect();
+    let complete = args.iter().any(|a| a == "--complete")
+        || std::env::var("FRAGVEC_SLT_COMPLETE").is_ok_and(|v| v == "1");
+    args.retain(|a| a != "--complete");
+    let arguments = Arguments::from_iter(args);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("sql-tests");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&root)
+        .expect("sql-tests directory")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "slt"))
+        .collect();
+    files.sort();
+    let trials = files
+        .into_iter()
+        .map(|path| {
+            let name = path.file_stem().unwrap().to_string_lossy().to_string();
+            Trial::test(name, move || run_file(path, complete))
+        })
+        .collect();
+    sqllogictest::harness::run(&arguments, trials).exit();
+}
+

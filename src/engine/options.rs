@@ -1,16 +1,52 @@
 //! Session options under the `fragvec.` prefix (`SET fragvec.update_mode = 'rewrite_columns'`).
 
+use std::fmt;
+use std::str::FromStr;
+
 use datafusion::common::config::ConfigExtension;
-use datafusion::common::extensions_options;
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::{config_field, extensions_options, DataFusionError};
+
+/// How UPDATE (and MERGE's matched updates) store new values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UpdateMode {
+    /// Delete the old rows and append their new versions (same row id under stable row ids).
+    #[default]
+    RewriteRows,
+    /// Rewrite only the changed columns of the affected fragments in place: same fragment
+    /// ids, same row addresses.
+    RewriteColumns,
+}
+
+impl FromStr for UpdateMode {
+    type Err = DataFusionError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "rewrite_rows" => Ok(UpdateMode::RewriteRows),
+            "rewrite_columns" => Ok(UpdateMode::RewriteColumns),
+            other => Err(DataFusionError::Configuration(format!(
+                "fragvec.update_mode must be 'rewrite_rows' or 'rewrite_columns', not '{other}'"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for UpdateMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            UpdateMode::RewriteRows => "rewrite_rows",
+            UpdateMode::RewriteColumns => "rewrite_columns",
+        })
+    }
+}
+
+config_field!(UpdateMode, value => value.parse::<UpdateMode>()?);
 
 extensions_options! {
     /// fragvec's session options.
     pub struct FragvecOptions {
-        /// How UPDATE (and MERGE's matched updates) store new values: `rewrite_rows` deletes
-        /// the old rows and appends new versions; `rewrite_columns` rewrites only the changed
-        /// columns of the affected fragments in place, keeping every row address.
-        pub update_mode: String, default = "rewrite_rows".to_string()
+        /// `rewrite_rows` (default) or `rewrite_columns`; see [`UpdateMode`].
+        pub update_mode: UpdateMode, default = UpdateMode::RewriteRows
         /// How many times a statement that lost a commit race to a conflicting writer
         /// re-reads the table and runs again.
         pub commit_retries: usize, default = 5
@@ -19,22 +55,4 @@ extensions_options! {
 
 impl ConfigExtension for FragvecOptions {
     const PREFIX: &'static str = "fragvec";
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UpdateMode {
-    RewriteRows,
-    RewriteColumns,
-}
-
-impl FragvecOptions {
-    pub fn update_mode(&self) -> Result<UpdateMode> {
-        match self.update_mode.to_ascii_lowercase().as_str() {
-            "rewrite_rows" => Ok(UpdateMode::RewriteRows),
-            "rewrite_columns" => Ok(UpdateMode::RewriteColumns),
-            other => Err(DataFusionError::Configuration(format!(
-                "fragvec.update_mode must be 'rewrite_rows' or 'rewrite_columns', not '{other}'"
-            ))),
-        }
-    }
 }

@@ -419,7 +419,7 @@ impl FragvecSession {
     /// concurrent writer made the commit impossible.
     async fn run_dml(&self, statement: &Statement) -> Result<Option<StatementResult>> {
         let options = self.options();
-        let mode = options.update_mode()?;
+        let mode = options.update_mode;
         let mut attempt = 0;
         loop {
             let Some((finder, snapshot, op)) = self.dml_finder(statement).await? else {
