@@ -185,11 +185,19 @@ impl RowChanges {
             match mode {
                 UpdateMode::RewriteRows => {
                     self.updated_addrs.iter().copied().for_each(&mut delete);
-                    let written = write_batches(snapshot, self.updated_rows).await?;
+                    // New versions are appended in the logical order of the rows they replace,
+                    // whatever order the (possibly parallel) finder produced them in.
+                    let (rows, ids) = in_logical_order(
+                        snapshot,
+                        &self.updated_addrs,
+                        &self.updated_ids,
+                        &self.updated_rows,
+                    )?;
+                    let written = write_batches(snapshot, vec![rows]).await?;
                     let mut start = 0u64;
                     for w in written {
                         let row_ids = if stable {
-                            let ids = &self.updated_ids[start as usize..(start + w.physical_rows) as usize];
+                            let ids = &ids[start as usize..(start + w.physical_rows) as usize];
                             NewRowIds::Given(RowIdSequence::from_ids(ids.iter().copied()))
                         } else {
                             NewRowIds::Fresh
@@ -218,6 +226,28 @@ impl RowChanges {
         }
         Ok(count)
     }
+}
+
+/// Reorders updated rows (and their ids) by the logical position of the rows they replace:
+/// fragment position in the manifest, then offset.
+fn in_logical_order(
+    snapshot: &Snapshot,
+    addrs: &[u64],
+    ids: &[u64],
+    rows: &[RecordBatch],
+) -> Result<(RecordBatch, Vec<u64>)> {
+    let position: HashMap<u64, usize> =
+        snapshot.manifest.fragments.iter().enumerate().map(|(i, f)| (f.id, i)).collect();
+    let key = |addr: u64| {
+        let (frag, offset) = split_row_address(addr);
+        (position.get(&frag).copied().unwrap_or(usize::MAX), offset)
+    };
+    let mut order: Vec<usize> = (0..addrs.len()).collect();
+    order.sort_by_key(|&i| key(addrs[i]));
+    let all = concat_batches(&snapshot.schema, rows)?;
+    let indices = datafusion::arrow::array::UInt64Array::from_iter_values(order.iter().map(|&i| i as u64));
+    let sorted = datafusion::arrow::compute::take_record_batch(&all, &indices)?;
+    Ok((sorted, order.iter().map(|&i| ids[i]).collect()))
 }
 
 fn column(batch: &RecordBatch, name: &str) -> Result<Arc<dyn Array>> {
