@@ -18,3 +18,6 @@ pub mod types;
 pub mod write;
 
 pub use session::{register, FragvecSession, StatementResult};
+
+#[cfg(test)]
+mod tests;

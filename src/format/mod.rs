@@ -16,3 +16,6 @@ pub use error::{FormatError, Result};
 pub use fragment_io::{read_fragment, write_fragments, WrittenFragment};
 pub use manifest::{row_address, split_row_address, Fragment, Manifest, Operation, TableProperties};
 pub use store::{Database, Snapshot, TableDir};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,192 @@
+//! Hardening tests of the format layer against a real (temporary) directory: racing writers,
+//! crashes between data files and manifest, corrupt and foreign files, unknown features.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Int64Array, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use futures::StreamExt;
+use object_store::{ObjectStoreExt, PutPayload};
+use roaring::RoaringBitmap;
+
+use super::*;
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]))
+}
+
+async fn new_table(stable: bool) -> (tempfile::TempDir, Database, Snapshot) {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Database::open(tmp.path().to_str().unwrap()).await.unwrap();
+    let props = TableProperties { stable_row_ids: stable, max_rows_per_fragment: 100 };
+    let snap = db.create_table("t", &schema(), props).await.unwrap();
+    (tmp, db, snap)
+}
+
+async fn write(snap: &Snapshot, ids: std::ops::Range<i64>) -> Vec<WrittenFragment> {
+    let batch = RecordBatch::try_new(schema(), vec![Arc::new(Int64Array::from_iter_values(ids))]).unwrap();
+    let stream = futures::stream::iter(vec![Ok(batch)]);
+    write_fragments(&snap.dir, &snap.schema, stream, 100).await.unwrap()
+}
+
+async fn append(snap: &Snapshot, ids: std::ops::Range<i64>) -> Result<Snapshot> {
+    let mut txn = Transaction::new(Operation::Append, snap.version());
+    txn.appends = write(snap, ids)
+        .await
+        .into_iter()
+        .map(|w| NewFragment { written: w, row_ids: NewRowIds::Fresh })
+        .collect();
+    commit(&snap.dir, &snap.manifest, &txn).await
+}
+
+async fn read_ids(snap: &Snapshot) -> Vec<i64> {
+    let mut out = Vec::new();
+    for frag in &snap.manifest.fragments {
+        let deleted = snap.dir.read_deletions(frag).await.unwrap();
+        let mut stream = read_fragment(snap.dir.clone(), frag, snap.schema.clone(), 1000);
+        let mut offset = 0u32;
+        while let Some(b) = stream.next().await {
+            let b = b.unwrap();
+            let col = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+            for v in col.values() {
+                if !deleted.contains(offset) {
+                    out.push(*v);
+                }
+                offset += 1;
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_appenders_lose_no_rows() {
+    let (_tmp, _db, snap) = new_table(true).await;
+    let mut tasks = Vec::new();
+    for w in 0..8i64 {
+        let snap = snap.clone();
+        tasks.push(tokio::spawn(async move {
+            // Every writer read version 1 and must be rebased over the others.
+            append(&snap, w * 1000..w * 1000 + 150).await.unwrap()
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let latest = snap.dir.latest().await.unwrap();
+    assert_eq!(latest.version(), 9);
+    let mut ids = read_ids(&latest).await;
+    ids.sort();
+    let mut expected: Vec<i64> = (0..8).flat_map(|w| w * 1000..w * 1000 + 150).collect();
+    expected.sort();
+    assert_eq!(ids, expected);
+    // Row ids were allocated without overlap.
+    let mut row_ids: Vec<u64> =
+        latest.manifest.fragments.iter().flat_map(|f| f.row_ids.as_ref().unwrap().iter()).collect();
+    row_ids.sort();
+    assert_eq!(row_ids, (0..1200).collect::<Vec<u64>>());
+}
+
+#[tokio::test]
+async fn deletes_of_disjoint_rows_merge_and_overlapping_ones_conflict() {
+    let (_tmp, _db, snap) = new_table(false).await;
+    let v2 = append(&snap, 0..10).await.unwrap();
+    let delete = |rows: &[u32]| {
+        let mut txn = Transaction::new(Operation::Delete, v2.version());
+        txn.deletions.insert(0, rows.iter().copied().collect::<RoaringBitmap>());
+        txn
+    };
+    commit(&v2.dir, &v2.manifest, &delete(&[1, 2])).await.unwrap();
+    // Read at v2 too, deletes other rows: rebased, both deletions survive.
+    let v4 = commit(&v2.dir, &v2.manifest, &delete(&[5])).await.unwrap();
+    assert_eq!(read_ids(&v4).await, vec![0, 3, 4, 6, 7, 8, 9]);
+    // Read at v2, deletes a row a winner already deleted: the statement must re-read.
+    let err = commit(&v2.dir, &v2.manifest, &delete(&[2, 7])).await.unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    assert_eq!(read_ids(&v4.dir.latest().await.unwrap()).await, vec![0, 3, 4, 6, 7, 8, 9]);
+}
+
+#[tokio::test]
+async fn files_without_a_manifest_are_invisible_orphans() {
+    let (_tmp, _db, snap) = new_table(false).await;
+    let v2 = append(&snap, 0..5).await.unwrap();
+    // A writer crashes after writing its data but before publishing the manifest.
+    let orphans = write(&v2, 100..150).await;
+    assert_eq!(orphans.len(), 1);
+    let latest = v2.dir.latest().await.unwrap();
+    assert_eq!(latest.version(), 2);
+    assert_eq!(read_ids(&latest).await, vec![0, 1, 2, 3, 4]);
+    // And the table keeps working.
+    let v3 = append(&latest, 5..6).await.unwrap();
+    assert_eq!(read_ids(&v3).await, vec![0, 1, 2, 3, 4, 5]);
+}
+
+async fn put_manifest_bytes(db: &Database, version: u64, bytes: Vec<u8>) {
+    let path = object_store::path::Path::from(format!("t/_versions/{version:020}.manifest"));
+    db.store().put(&path, PutPayload::from(bytes)).await.unwrap();
+}
+
+#[tokio::test]
+async fn corrupt_and_foreign_manifests_are_clear_errors() {
+    let (_tmp, db, snap) = new_table(false).await;
+    put_manifest_bytes(&db, 2, b"\x00\x01garbage".to_vec()).await;
+    let err = snap.dir.latest().await.unwrap_err().to_string();
+    assert!(err.contains("corrupt") && err.contains("not a JSON manifest"), "{err}");
+    put_manifest_bytes(&db, 2, br#"{"magic": "lance", "version": 2}"#.to_vec()).await;
+    let err = snap.dir.latest().await.unwrap_err().to_string();
+    assert!(err.contains("not a fragvec manifest"), "{err}");
+    // A manifest whose contents claim another version than its name.
+    let mut m = (*snap.manifest).clone();
+    m.version = 7;
+    put_manifest_bytes(&db, 2, m.encode()).await;
+    let err = snap.dir.latest().await.unwrap_err().to_string();
+    assert!(err.contains("contents say 7"), "{err}");
+    // Version 1 is still readable.
+    assert_eq!(snap.dir.snapshot(1).await.unwrap().version(), 1);
+}
+
+#[tokio::test]
+async fn unknown_feature_flags_are_refused_by_name() {
+    let (_tmp, db, snap) = new_table(false).await;
+    let mut m = (*snap.manifest).clone();
+    m.version = 2;
+    m.reader_features.insert("quantum_rows".into());
+    put_manifest_bytes(&db, 2, m.encode()).await;
+    let err = snap.dir.latest().await.unwrap_err().to_string();
+    assert!(err.contains("needs feature 'quantum_rows'"), "{err}");
+
+    let mut m = (*snap.manifest).clone();
+    m.version = 3;
+    m.writer_features.insert("future_writes".into());
+    put_manifest_bytes(&db, 3, m.encode()).await;
+    let latest = snap.dir.latest().await.unwrap(); // readable...
+    let err = append(&latest, 0..1).await.unwrap_err().to_string(); // ...but not writable
+    assert!(err.contains("future_writes"), "{err}");
+}
+
+#[tokio::test]
+async fn deletion_file_for_another_fragment_is_corrupt() {
+    let (_tmp, _db, snap) = new_table(false).await;
+    let v2 = append(&snap, 0..150).await.unwrap(); // fragments 0 (100 rows) and 1 (50 rows)
+    let mut txn = Transaction::new(Operation::Delete, 2);
+    txn.deletions.insert(0, [3u32].into_iter().collect());
+    let v3 = commit(&v2.dir, &v2.manifest, &txn).await.unwrap();
+    // Point fragment 1 at fragment 0's deletion file.
+    let mut m = (*v3.manifest).clone();
+    m.fragments[1].deletion = m.fragments[0].deletion.clone();
+    let err = v3.dir.read_deletions(&m.fragments[1]).await.unwrap_err().to_string();
+    assert!(err.contains("is for fragment 0"), "{err}");
+}
+
+#[tokio::test]
+async fn memory_databases_are_shared_by_name() {
+    let a = Database::open("memory://shared-test").await.unwrap();
+    a.create_table("m", &schema(), TableProperties::default()).await.unwrap();
+    let b = Database::open("memory://shared-test").await.unwrap();
+    assert_eq!(b.list_tables().await.unwrap(), vec!["m".to_string()]);
+    let c = Database::open("memory://other-test").await.unwrap();
+    assert!(c.list_tables().await.unwrap().is_empty());
+    assert!(matches!(b.create_table("m", &schema(), TableProperties::default()).await, Err(FormatError::AlreadyExists(_))));
+    b.drop_table("m").await.unwrap();
+    assert!(a.list_tables().await.unwrap().is_empty());
+}
