@@ -15,4 +15,4 @@ pub mod engine;
 pub mod format;
 pub mod sql;
 
-pub use engine::{register, FragvecSession};
+pub use engine::{FragvecSession, register};

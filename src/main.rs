@@ -1,8 +1,8 @@
 //! The `fragvec` binary. See [`fragvec::cli`] — kept in the library so it is tested with it.
 
 use clap::Parser;
-use fragvec::cli::{demo, output, shell, Cli, Command};
 use fragvec::FragvecSession;
+use fragvec::cli::{Cli, Command, demo, output, shell};
 
 #[tokio::main]
 async fn main() {
@@ -10,7 +10,7 @@ async fn main() {
     let code = match run(cli).await {
         Ok(()) => 0,
         Err(message) => {
-            eprintln!("error: {message}");
+            eprintln!("error: {}", fragvec::cli::one_line(&message));
             1
         }
     };
@@ -18,14 +18,17 @@ async fn main() {
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
-    let session = FragvecSession::open(&cli.db).await.map_err(|e| e.to_string())?;
+    let session = FragvecSession::open(&cli.db)
+        .await
+        .map_err(|e| e.to_string())?;
     if let Some(Command::Demo) = cli.command {
         return demo::run(&session, cli.format).await;
     }
     let mut scripts: Vec<String> = cli.commands.clone();
     if let Some(path) = &cli.file {
         scripts.push(
-            std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?,
+            std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?,
         );
     }
     if scripts.is_empty() {
@@ -34,9 +37,8 @@ async fn run(cli: Cli) -> Result<(), String> {
     let mut out = std::io::stdout();
     let mut number = 0;
     for script in &scripts {
-        let statements = fragvec::sql::parse_statements(script).map_err(|e| {
-            format!("statement {}: {e}", number + 1)
-        })?;
+        let statements = fragvec::sql::parse_statements(script)
+            .map_err(|e| format!("statement {}: {e}", number + 1))?;
         for statement in statements {
             number += 1;
             let result = session

@@ -36,19 +36,30 @@ impl AsyncDB for Db {
     type ColumnType = DefaultColumnType;
 
     async fn run(&mut self, sql: &str) -> Result<DBOutput<Self::ColumnType>, Self::Error> {
-        if sql.trim().trim_end_matches(';').eq_ignore_ascii_case("REOPEN DATABASE") {
+        if sql
+            .trim()
+            .trim_end_matches(';')
+            .eq_ignore_ascii_case("REOPEN DATABASE")
+        {
             self.session = FragvecSession::open(&self.location).await?;
             return Ok(DBOutput::StatementComplete(0));
         }
         let mut results = self.session.sql(sql).await?;
-        let Some(result) = results.pop() else { return Ok(DBOutput::StatementComplete(0)) };
+        let Some(result) = results.pop() else {
+            return Ok(DBOutput::StatementComplete(0));
+        };
         if let Some(n) = result.rows_affected {
             return Ok(DBOutput::StatementComplete(n));
         }
         if result.schema.fields().is_empty() {
             return Ok(DBOutput::StatementComplete(0));
         }
-        let types = result.schema.fields().iter().map(|f| column_type(f.data_type())).collect();
+        let types = result
+            .schema
+            .fields()
+            .iter()
+            .map(|f| column_type(f.data_type()))
+            .collect();
         let mut rows = Vec::new();
         for batch in &result.batches {
             rows.extend(batch_rows(batch)?);
@@ -70,7 +81,8 @@ impl AsyncDB for Db {
 fn column_type(dt: &DataType) -> DefaultColumnType {
     if dt.is_integer() {
         DefaultColumnType::Integer
-    } else if dt.is_floating() || matches!(dt, DataType::Decimal128(..) | DataType::Decimal256(..)) {
+    } else if dt.is_floating() || matches!(dt, DataType::Decimal128(..) | DataType::Decimal256(..))
+    {
         DefaultColumnType::FloatingPoint
     } else {
         DefaultColumnType::Text
@@ -101,16 +113,21 @@ fn cell(column: &ArrayRef, row: usize, text: &str) -> String {
         return "NULL".into();
     }
     if column.data_type().is_floating() {
-        if let Ok(v) = text.parse::<f64>() {
-            if v.is_finite() {
-                let s = format!("{v:.12}");
-                let s = s.trim_end_matches('0').trim_end_matches('.');
-                return if s == "-0" { "0".into() } else { s.to_string() };
-            }
+        if let Ok(v) = text.parse::<f64>()
+            && v.is_finite()
+        {
+            let s = format!("{v:.12}");
+            let s = s.trim_end_matches('0').trim_end_matches('.');
+            return if s == "-0" { "0".into() } else { s.to_string() };
         }
         return text.to_string();
     }
-    if text.is_empty() && matches!(column.data_type(), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View) {
+    if text.is_empty()
+        && matches!(
+            column.data_type(),
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+        )
+    {
         return "(empty)".into();
     }
     text.to_string()
@@ -141,7 +158,10 @@ fn run_file(path: PathBuf, complete: bool) -> Result<(), Failed> {
                 .await
                 .map_err(|e| Failed::from(e.to_string()))
         } else {
-            runner.run_file_async(&path).await.map_err(|e| Failed::from(e.display(true).to_string()))
+            runner
+                .run_file_async(&path)
+                .await
+                .map_err(|e| Failed::from(e.display(true).to_string()))
         }
     })
 }
@@ -168,4 +188,3 @@ fn main() {
         .collect();
     sqllogictest::harness::run(&arguments, trials).exit();
 }
-

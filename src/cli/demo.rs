@@ -1,7 +1,7 @@
 //! `fragvec demo`: builds a small table of generated vectors and walks through what works.
 
-use super::output::print;
 use super::Format;
+use super::output::print;
 use crate::engine::FragvecSession;
 
 /// The tour: each step is a caption and the SQL it runs.
@@ -19,9 +19,18 @@ const TOUR: &[(&str, &str)] = &[
                 [cos(value), sin(value), cos(value / 7.0), sin(value / 7.0)] \
          FROM generate_series(0, 9999)",
     ),
-    ("Fragments, in logical order", "SELECT * FROM fragvec_fragments('demo_items')"),
-    ("Rows per category", "SELECT category, count(*) AS n FROM demo_items GROUP BY category ORDER BY category"),
-    ("Delete the blue rows (deletion vectors, no rewrite)", "DELETE FROM demo_items WHERE category = 'blue'"),
+    (
+        "Fragments, in logical order",
+        "SELECT * FROM fragvec_fragments('demo_items')",
+    ),
+    (
+        "Rows per category",
+        "SELECT category, count(*) AS n FROM demo_items GROUP BY category ORDER BY category",
+    ),
+    (
+        "Delete the blue rows (deletion vectors, no rewrite)",
+        "DELETE FROM demo_items WHERE category = 'blue'",
+    ),
     (
         "Update in place: only the vector column of affected fragments is rewritten",
         "SET fragvec.update_mode = 'rewrite_columns'",
@@ -43,8 +52,14 @@ const TOUR: &[(&str, &str)] = &[
         "Row ids survive updates",
         "SELECT id, category, _rowid FROM demo_items WHERE id IN (0, 4, 20000) ORDER BY id",
     ),
-    ("Every version is kept", "SELECT version, operation, read_version, fragments, rows FROM fragvec_versions('demo_items')"),
-    ("Time travel: the table before the DELETE", "SELECT count(*) AS rows FROM demo_items VERSION AS OF 2"),
+    (
+        "Every version is kept",
+        "SELECT version, operation, read_version, fragments, rows FROM fragvec_versions('demo_items')",
+    ),
+    (
+        "Time travel: the table before the DELETE",
+        "SELECT count(*) AS rows FROM demo_items VERSION AS OF 2",
+    ),
     ("And now", "SELECT count(*) AS rows FROM demo_items"),
 ];
 
@@ -55,9 +70,16 @@ pub async fn run(session: &FragvecSession, format: Format) -> Result<(), String>
             println!("\n-- {caption}");
         }
         println!("{sql};");
-        let result = session.sql_one(sql).await.map_err(|e| format!("demo step {}: {e}", i + 1))?;
+        let result = session
+            .sql_one(sql)
+            .await
+            .map_err(|e| format!("demo step {}: {e}", i + 1))?;
         print(&result, format, &mut out).map_err(|e| e.to_string())?;
     }
-    println!("\nThe demo database is at {}; open it with `fragvec --db {}`.", session.database().location(), session.database().location());
+    println!(
+        "\nThe demo database is at {}; open it with `fragvec --db {}`.",
+        session.database().location(),
+        session.database().location()
+    );
     Ok(())
 }

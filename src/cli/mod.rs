@@ -10,7 +10,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 pub const DEFAULT_DB: &str = "fragvec-db";
 
 #[derive(Parser, Debug)]
-#[command(name = "fragvec", version, about = "SQL over versioned vector tables (Apache DataFusion)")]
+#[command(
+    name = "fragvec",
+    version,
+    about = "SQL over versioned vector tables (Apache DataFusion)"
+)]
 pub struct Cli {
     /// Database location: a directory, file://..., or memory://[name].
     #[arg(long, global = true, default_value = DEFAULT_DB)]
@@ -42,4 +46,9 @@ pub enum Format {
     Csv,
     /// One JSON object per row, one row per line.
     Json,
+}
+
+/// An error message on one line (DataFusion's messages may span several).
+pub fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
 }

@@ -30,7 +30,9 @@ pub fn print(result: &StatementResult, format: Format, out: &mut impl Write) -> 
         Format::Csv => {
             let mut writer = WriterBuilder::new().with_header(true).build(&mut *out);
             if result.batches.is_empty() {
-                writer.write(&datafusion::arrow::array::RecordBatch::new_empty(result.schema.clone()))?;
+                writer.write(&datafusion::arrow::array::RecordBatch::new_empty(
+                    result.schema.clone(),
+                ))?;
             }
             for batch in &result.batches {
                 writer.write(batch)?;

@@ -1,10 +1,10 @@
 //! The interactive shell: multi-line statements ended by `;`, with history.
 
-use rustyline::error::ReadlineError;
 use rustyline::DefaultEditor;
+use rustyline::error::ReadlineError;
 
-use super::output::print;
 use super::Format;
+use super::output::print;
 use crate::engine::FragvecSession;
 
 fn history_path() -> Option<std::path::PathBuf> {
@@ -18,14 +18,22 @@ pub async fn run(session: &FragvecSession, format: Format) -> Result<(), String>
     if let Some(h) = &history {
         let _ = editor.load_history(h);
     }
-    println!("fragvec shell on {} — end statements with ';', \\q to quit", session.database().location());
+    println!(
+        "fragvec shell on {} — end statements with ';', \\q to quit",
+        session.database().location()
+    );
     let mut buffer = String::new();
     loop {
-        let prompt = if buffer.is_empty() { "fragvec> " } else { "     ... " };
+        let prompt = if buffer.is_empty() {
+            "fragvec> "
+        } else {
+            "     ... "
+        };
         match editor.readline(prompt) {
             Ok(line) => {
                 let trimmed = line.trim();
-                if buffer.is_empty() && (trimmed == "\\q" || trimmed == "quit" || trimmed == "exit") {
+                if buffer.is_empty() && (trimmed == "\\q" || trimmed == "quit" || trimmed == "exit")
+                {
                     break;
                 }
                 buffer.push_str(&line);
@@ -43,7 +51,7 @@ pub async fn run(session: &FragvecSession, format: Format) -> Result<(), String>
                             }
                         }
                     }
-                    Err(e) => eprintln!("error: {e}"),
+                    Err(e) => eprintln!("error: {}", super::one_line(&e.to_string())),
                 }
                 buffer.clear();
             }

@@ -38,7 +38,11 @@ impl RelationName {
         if table.contains(['@', '#']) {
             return None;
         }
-        Some(Self { table: table.to_string(), version, virtual_columns })
+        Some(Self {
+            table: table.to_string(),
+            version,
+            virtual_columns,
+        })
     }
 
     pub fn encode(&self) -> String {
@@ -64,7 +68,11 @@ pub struct FragvecSchema {
 
 impl FragvecSchema {
     pub async fn open(db: Database) -> Result<Self> {
-        let schema = Self { db, known: RwLock::new(vec![]), session_tables: RwLock::default() };
+        let schema = Self {
+            db,
+            known: RwLock::new(vec![]),
+            session_tables: RwLock::default(),
+        };
         schema.refresh().await?;
         Ok(schema)
     }
@@ -92,7 +100,10 @@ impl FragvecSchema {
             None => dir.latest().await?,
         };
         let vc = if name.virtual_columns {
-            VirtualColumns { row_addr: true, row_id: true }
+            VirtualColumns {
+                row_addr: true,
+                row_id: true,
+            }
         } else {
             VirtualColumns::default()
         };
@@ -114,7 +125,9 @@ impl SchemaProvider for FragvecSchema {
         if let Some(t) = self.session_tables.read().expect("lock").get(name) {
             return Ok(Some(t.clone()));
         }
-        let Some(relation) = RelationName::parse(name) else { return Ok(None) };
+        let Some(relation) = RelationName::parse(name) else {
+            return Ok(None);
+        };
         if crate::format::store::validate_table_name(&relation.table).is_err() {
             return Ok(None);
         }
@@ -131,9 +144,15 @@ impl SchemaProvider for FragvecSchema {
         table: Arc<dyn TableProvider>,
     ) -> Result<Option<Arc<dyn TableProvider>>> {
         if self.known.read().expect("lock").contains(&name) {
-            return Err(DataFusionError::Plan(format!("table '{name}' already exists")));
+            return Err(DataFusionError::Plan(format!(
+                "table '{name}' already exists"
+            )));
         }
-        Ok(self.session_tables.write().expect("lock").insert(name, table))
+        Ok(self
+            .session_tables
+            .write()
+            .expect("lock")
+            .insert(name, table))
     }
 
     fn deregister_table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {

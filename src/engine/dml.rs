@@ -21,8 +21,8 @@ use super::write::conform_batch;
 use crate::format::fragment_io::write_column_file;
 use crate::format::rowids::RowIdSequence;
 use crate::format::{
-    self, read_fragment, split_row_address, FormatError, NewFragment, NewRowIds, Operation,
-    Snapshot, Transaction,
+    self, FormatError, NewFragment, NewRowIds, Operation, Snapshot, Transaction, read_fragment,
+    split_row_address,
 };
 
 /// Column names of the finder's bookkeeping columns.
@@ -52,7 +52,9 @@ impl Action {
             "D" => Ok(Action::Delete),
             "U" => Ok(Action::Update),
             "I" => Ok(Action::Insert),
-            other => Err(DataFusionError::Internal(format!("unknown finder action {other}"))),
+            other => Err(DataFusionError::Internal(format!(
+                "unknown finder action {other}"
+            ))),
         }
     }
 }
@@ -71,7 +73,11 @@ impl RowChanges {
     pub fn count(&self) -> u64 {
         (self.deleted.len()
             + self.updated_addrs.len()
-            + self.inserted_rows.iter().map(|b| b.num_rows()).sum::<usize>()) as u64
+            + self
+                .inserted_rows
+                .iter()
+                .map(|b| b.num_rows())
+                .sum::<usize>()) as u64
     }
 
     /// Reads finder batches: `ADDR`, `ROWID`, optional `ACTION` (rows without it are
@@ -117,14 +123,17 @@ impl RowChanges {
                     Action::Insert => take_insert.push(i as u64),
                 }
             }
-            for (take, out) in
-                [(take_update, &mut changes.updated_rows), (take_insert, &mut changes.inserted_rows)]
-            {
+            for (take, out) in [
+                (take_update, &mut changes.updated_rows),
+                (take_insert, &mut changes.inserted_rows),
+            ] {
                 if take.is_empty() {
                     continue;
                 }
                 let Some(values) = &values else {
-                    return Err(DataFusionError::Internal("finder lacks the table's columns".into()));
+                    return Err(DataFusionError::Internal(
+                        "finder lacks the table's columns".into(),
+                    ));
                 };
                 let indices = datafusion::arrow::array::UInt64Array::from(take);
                 let cols = values
@@ -137,7 +146,12 @@ impl RowChanges {
                             .fields()
                             .iter()
                             .zip(&cols)
-                            .map(|(f, c)| f.as_ref().clone().with_data_type(c.data_type().clone()).with_nullable(true))
+                            .map(|(f, c)| {
+                                f.as_ref()
+                                    .clone()
+                                    .with_data_type(c.data_type().clone())
+                                    .with_nullable(true)
+                            })
                             .collect::<Vec<_>>(),
                     )),
                     cols,
@@ -203,7 +217,10 @@ impl RowChanges {
                             NewRowIds::Fresh
                         };
                         start += w.physical_rows;
-                        txn.appends.push(NewFragment { written: w, row_ids });
+                        txn.appends.push(NewFragment {
+                            written: w,
+                            row_ids,
+                        });
                     }
                 }
                 UpdateMode::RewriteColumns => {
@@ -218,7 +235,10 @@ impl RowChanges {
             }
         }
         for w in write_batches(snapshot, self.inserted_rows).await? {
-            txn.appends.push(NewFragment { written: w, row_ids: NewRowIds::Fresh });
+            txn.appends.push(NewFragment {
+                written: w,
+                row_ids: NewRowIds::Fresh,
+            });
         }
         txn.deletions = deletions;
         if !txn.is_empty() {
@@ -236,8 +256,13 @@ fn in_logical_order(
     ids: &[u64],
     rows: &[RecordBatch],
 ) -> Result<(RecordBatch, Vec<u64>)> {
-    let position: HashMap<u64, usize> =
-        snapshot.manifest.fragments.iter().enumerate().map(|(i, f)| (f.id, i)).collect();
+    let position: HashMap<u64, usize> = snapshot
+        .manifest
+        .fragments
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (f.id, i))
+        .collect();
     let key = |addr: u64| {
         let (frag, offset) = split_row_address(addr);
         (position.get(&frag).copied().unwrap_or(usize::MAX), offset)
@@ -245,7 +270,8 @@ fn in_logical_order(
     let mut order: Vec<usize> = (0..addrs.len()).collect();
     order.sort_by_key(|&i| key(addrs[i]));
     let all = concat_batches(&snapshot.schema, rows)?;
-    let indices = datafusion::arrow::array::UInt64Array::from_iter_values(order.iter().map(|&i| i as u64));
+    let indices =
+        datafusion::arrow::array::UInt64Array::from_iter_values(order.iter().map(|&i| i as u64));
     let sorted = datafusion::arrow::compute::take_record_batch(&all, &indices)?;
     Ok((sorted, order.iter().map(|&i| ids[i]).collect()))
 }
@@ -310,7 +336,12 @@ async fn rewrite_columns(
                 })
                 .collect();
             let arrays = (0..columns.fields().len())
-                .map(|c| interleave(&[batch.column(c).as_ref(), new_values.column(c).as_ref()], &picks))
+                .map(|c| {
+                    interleave(
+                        &[batch.column(c).as_ref(), new_values.column(c).as_ref()],
+                        &picks,
+                    )
+                })
                 .collect::<std::result::Result<Vec<_>, _>>()?;
             out.push(RecordBatch::try_new(columns.clone(), arrays)?);
             offset += batch.num_rows() as u64;

@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray, TimestampMillisecondArray, UInt64Array};
+use datafusion::arrow::array::{
+    ArrayRef, RecordBatch, StringArray, TimestampMillisecondArray, UInt64Array,
+};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::{MemTable, Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
@@ -44,7 +46,11 @@ impl Kind {
             Kind::Versions => vec![
                 u64("version"),
                 Field::new("operation", DataType::Utf8, false),
-                Field::new("timestamp", DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())), false),
+                Field::new(
+                    "timestamp",
+                    DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+                    false,
+                ),
                 u64("read_version"),
                 u64("fragments"),
                 u64("rows"),
@@ -55,7 +61,13 @@ impl Kind {
 
 pub fn register(ctx: &SessionContext, db: &Database) {
     for kind in [Kind::Fragments, Kind::Versions] {
-        ctx.register_udtf(kind.name(), Arc::new(Introspect { db: db.clone(), kind }));
+        ctx.register_udtf(
+            kind.name(),
+            Arc::new(Introspect {
+                db: db.clone(),
+                kind,
+            }),
+        );
     }
 }
 
@@ -68,7 +80,9 @@ struct Introspect {
 impl TableFunctionImpl for Introspect {
     fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
         let table = match args.exprs() {
-            [Expr::Literal(ScalarValue::Utf8(Some(t)) | ScalarValue::Utf8View(Some(t)), _)] => t.clone(),
+            [Expr::Literal(ScalarValue::Utf8(Some(t)) | ScalarValue::Utf8View(Some(t)), _)] => {
+                t.clone()
+            }
             _ => {
                 return Err(DataFusionError::Plan(format!(
                     "{}('table') takes one string argument: the table name",
@@ -77,7 +91,11 @@ impl TableFunctionImpl for Introspect {
             }
         };
         self.db.table(&table)?;
-        Ok(Arc::new(IntrospectTable { db: self.db.clone(), kind: self.kind, table }))
+        Ok(Arc::new(IntrospectTable {
+            db: self.db.clone(),
+            kind: self.kind,
+            table,
+        }))
     }
 }
 
@@ -98,13 +116,22 @@ impl IntrospectTable {
                 vec![
                     Arc::new(UInt64Array::from_iter_values(0..f.len() as u64)),
                     Arc::new(UInt64Array::from_iter_values(f.iter().map(|f| f.id))),
-                    Arc::new(UInt64Array::from_iter_values(f.iter().map(|f| f.physical_rows))),
-                    Arc::new(UInt64Array::from_iter_values(f.iter().map(|f| f.deleted_rows()))),
+                    Arc::new(UInt64Array::from_iter_values(
+                        f.iter().map(|f| f.physical_rows),
+                    )),
+                    Arc::new(UInt64Array::from_iter_values(
+                        f.iter().map(|f| f.deleted_rows()),
+                    )),
                     Arc::new(StringArray::from_iter_values(f.iter().map(|f| {
-                        f.files.iter().map(|d| d.path.as_str()).collect::<Vec<_>>().join(",")
+                        f.files
+                            .iter()
+                            .map(|d| d.path.as_str())
+                            .collect::<Vec<_>>()
+                            .join(",")
                     }))),
                     Arc::new(StringArray::from_iter(
-                        f.iter().map(|f| f.deletion.as_ref().map(|d| d.path.clone())),
+                        f.iter()
+                            .map(|f| f.deletion.as_ref().map(|d| d.path.clone())),
                     )),
                 ]
             }
@@ -120,14 +147,24 @@ impl IntrospectTable {
                 let m = &manifests;
                 vec![
                     Arc::new(UInt64Array::from_iter_values(m.iter().map(|m| m.version))),
-                    Arc::new(StringArray::from_iter_values(m.iter().map(|m| m.transaction.operation.as_str()))),
+                    Arc::new(StringArray::from_iter_values(
+                        m.iter().map(|m| m.transaction.operation.as_str()),
+                    )),
                     Arc::new(
-                        TimestampMillisecondArray::from_iter_values(m.iter().map(|m| m.transaction.timestamp_ms))
-                            .with_timezone("UTC"),
+                        TimestampMillisecondArray::from_iter_values(
+                            m.iter().map(|m| m.transaction.timestamp_ms),
+                        )
+                        .with_timezone("UTC"),
                     ),
-                    Arc::new(UInt64Array::from_iter_values(m.iter().map(|m| m.transaction.read_version))),
-                    Arc::new(UInt64Array::from_iter_values(m.iter().map(|m| m.fragments.len() as u64))),
-                    Arc::new(UInt64Array::from_iter_values(m.iter().map(|m| m.live_rows()))),
+                    Arc::new(UInt64Array::from_iter_values(
+                        m.iter().map(|m| m.transaction.read_version),
+                    )),
+                    Arc::new(UInt64Array::from_iter_values(
+                        m.iter().map(|m| m.fragments.len() as u64),
+                    )),
+                    Arc::new(UInt64Array::from_iter_values(
+                        m.iter().map(|m| m.live_rows()),
+                    )),
                 ]
             }
         };

@@ -17,7 +17,7 @@ pub mod session;
 pub mod types;
 pub mod write;
 
-pub use session::{register, FragvecSession, StatementResult};
+pub use session::{FragvecSession, StatementResult, register};
 
 #[cfg(test)]
 mod tests;

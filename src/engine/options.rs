@@ -4,7 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use datafusion::common::config::ConfigExtension;
-use datafusion::common::{config_field, extensions_options, DataFusionError};
+use datafusion::common::{DataFusionError, config_field, extensions_options};
 
 /// How UPDATE (and MERGE's matched updates) store new values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
 use datafusion::physical_plan::ExecutionPlan;
 
-use super::scan::{FragmentScanExec, ScanSpec, VirtualColumns, ROW_ADDR, ROW_ID};
+use super::scan::{FragmentScanExec, ROW_ADDR, ROW_ID, ScanSpec, VirtualColumns};
 use super::write::InsertExec;
 use crate::format::Snapshot;
 
@@ -26,8 +26,12 @@ pub struct FragvecTable {
 
 impl FragvecTable {
     pub fn new(snapshot: Snapshot, virtual_columns: VirtualColumns) -> Self {
-        let mut fields: Vec<Field> =
-            snapshot.schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        let mut fields: Vec<Field> = snapshot
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
         if virtual_columns.row_addr {
             fields.push(Field::new(ROW_ADDR, DataType::UInt64, false));
         }
@@ -35,7 +39,11 @@ impl FragvecTable {
             fields.push(Field::new(ROW_ID, DataType::UInt64, false));
         }
         let schema = Arc::new(Schema::new(fields));
-        Self { snapshot, virtual_columns, schema }
+        Self {
+            snapshot,
+            virtual_columns,
+            schema,
+        }
     }
 
     pub fn snapshot(&self) -> &Snapshot {
@@ -52,7 +60,10 @@ impl FragvecTable {
     ) -> Result<ScanSpec> {
         let all: Vec<usize> = (0..self.schema.fields().len()).collect();
         let projection = projection.unwrap_or(&all);
-        let filters: Vec<Expr> = filters.iter().map(|f| unqualify(f.clone())).collect::<Result<_>>()?;
+        let filters: Vec<Expr> = filters
+            .iter()
+            .map(|f| unqualify(f.clone()))
+            .collect::<Result<_>>()?;
         let mut needed: Vec<bool> = vec![false; self.schema.fields().len()];
         for &i in projection {
             needed[i] = true;
@@ -67,8 +78,15 @@ impl FragvecTable {
         let read_indices: Vec<usize> = (0..table_cols).filter(|&i| needed[i]).collect();
         let read_schema = Arc::new(self.snapshot.schema.project(&read_indices)?);
         let wants = |name: &str| self.schema.index_of(name).is_ok_and(|i| needed[i]);
-        let virtual_columns = VirtualColumns { row_addr: wants(ROW_ADDR), row_id: wants(ROW_ID) };
-        let mut work_fields: Vec<Field> = read_schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        let virtual_columns = VirtualColumns {
+            row_addr: wants(ROW_ADDR),
+            row_id: wants(ROW_ID),
+        };
+        let mut work_fields: Vec<Field> = read_schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
         if virtual_columns.row_addr {
             work_fields.push(Field::new(ROW_ADDR, DataType::UInt64, false));
         }
@@ -102,9 +120,9 @@ impl FragvecTable {
 /// Strips table qualifiers from column references (the scan schema is unqualified).
 fn unqualify(expr: Expr) -> Result<Expr> {
     expr.transform(|e| match e {
-        Expr::Column(c) if c.relation.is_some() => {
-            Ok(Transformed::yes(Expr::Column(Column::new_unqualified(c.name))))
-        }
+        Expr::Column(c) if c.relation.is_some() => Ok(Transformed::yes(Expr::Column(
+            Column::new_unqualified(c.name),
+        ))),
         other => Ok(Transformed::no(other)),
     })
     .map(|t| t.data)
@@ -160,12 +178,18 @@ impl TableProvider for FragvecTable {
             )));
         }
         if self.virtual_columns != VirtualColumns::default() {
-            return Err(DataFusionError::Plan("cannot insert into virtual columns".into()));
+            return Err(DataFusionError::Plan(
+                "cannot insert into virtual columns".into(),
+            ));
         }
         Ok(Arc::new(InsertExec::new(self.snapshot.clone(), input)))
     }
 
-    async fn delete_from(&self, _state: &dyn Session, _filters: Vec<Expr>) -> Result<Arc<dyn ExecutionPlan>> {
+    async fn delete_from(
+        &self,
+        _state: &dyn Session,
+        _filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
         Err(dml_through_front_end("DELETE"))
     }
 

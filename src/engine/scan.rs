@@ -23,15 +23,15 @@ use datafusion::physical_plan::metrics::{
 };
 use datafusion::physical_plan::stream::{RecordBatchReceiverStream, RecordBatchStreamAdapter};
 use datafusion::physical_plan::{
-    apply_expression_roots, ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan,
-    Partitioning, PlanProperties, ReplaceChildrenOptions, SendableRecordBatchStream,
-    StatisticsArgs,
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning,
+    PlanProperties, ReplaceChildrenOptions, SendableRecordBatchStream, StatisticsArgs,
+    apply_expression_roots,
 };
-use futures::{stream, StreamExt};
+use futures::{StreamExt, stream};
 use roaring::RoaringBitmap;
 use tokio::sync::mpsc::Sender;
 
-use crate::format::{read_fragment, row_address, Fragment, Snapshot};
+use crate::format::{Fragment, Snapshot, read_fragment, row_address};
 
 /// Which virtual columns a scan produces.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -76,7 +76,12 @@ impl FragmentScanExec {
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
-        Ok(Self { spec, schema, metrics: ExecutionPlanMetricsSet::new(), cache })
+        Ok(Self {
+            spec,
+            schema,
+            metrics: ExecutionPlanMetricsSet::new(),
+            cache,
+        })
     }
 
     pub fn spec(&self) -> &ScanSpec {
@@ -87,7 +92,12 @@ impl FragmentScanExec {
 impl DisplayAs for FragmentScanExec {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         let s = &self.spec;
-        let cols: Vec<&str> = self.schema.fields().iter().map(|f| f.name().as_str()).collect();
+        let cols: Vec<&str> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
         match t {
             DisplayFormatType::Default | DisplayFormatType::Verbose => {
                 write!(
@@ -143,7 +153,10 @@ impl ExecutionPlan for FragmentScanExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.replace_children(children, ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
@@ -162,7 +175,9 @@ impl ExecutionPlan for FragmentScanExec {
             (None, Some(l)) => Precision::Exact(live.min(l)),
             (Some(_), _) => Precision::Inexact(live),
         };
-        Ok(Arc::new(Statistics::new_unknown(&self.schema).with_num_rows(rows)))
+        Ok(Arc::new(
+            Statistics::new_unknown(&self.schema).with_num_rows(rows),
+        ))
     }
 
     fn execute(
@@ -259,10 +274,15 @@ async fn scan_fragment(
         }
     }
     if offset != fragment.physical_rows {
-        return Err(DataFusionError::External(Box::new(crate::format::FormatError::corrupt(
-            format!("fragment {}", fragment.id),
-            format!("read {offset} rows, manifest says {}", fragment.physical_rows),
-        ))));
+        return Err(DataFusionError::External(Box::new(
+            crate::format::FormatError::corrupt(
+                format!("fragment {}", fragment.id),
+                format!(
+                    "read {offset} rows, manifest says {}",
+                    fragment.physical_rows
+                ),
+            ),
+        )));
     }
     Ok(())
 }
@@ -278,8 +298,9 @@ fn process_batch(
     let n = batch.num_rows();
     let mut columns = batch.columns().to_vec();
     if spec.virtual_columns.row_addr {
-        let addrs: UInt64Array =
-            (offset..offset + n as u64).map(|o| row_address(fragment.id, o)).collect();
+        let addrs: UInt64Array = (offset..offset + n as u64)
+            .map(|o| row_address(fragment.id, o))
+            .collect();
         columns.push(Arc::new(addrs));
     }
     if spec.virtual_columns.row_id {
@@ -289,7 +310,9 @@ fn process_batch(
                 seq.extend_slice(offset, n as u64, &mut ids);
                 UInt64Array::from(ids)
             }
-            None => (offset..offset + n as u64).map(|o| row_address(fragment.id, o)).collect(),
+            None => (offset..offset + n as u64)
+                .map(|o| row_address(fragment.id, o))
+                .collect(),
         };
         columns.push(Arc::new(ids));
     }
@@ -307,10 +330,17 @@ fn process_batch(
     };
     if let Some(predicate) = &spec.predicate {
         let value = predicate.evaluate(&work)?.into_array(n)?;
-        let value = value.as_any().downcast_ref::<BooleanArray>().ok_or_else(|| {
-            DataFusionError::Internal(format!("filter returned {}", value.data_type()))
-        })?;
-        let value = if value.null_count() > 0 { prep_null_mask_filter(value) } else { value.clone() };
+        let value = value
+            .as_any()
+            .downcast_ref::<BooleanArray>()
+            .ok_or_else(|| {
+                DataFusionError::Internal(format!("filter returned {}", value.data_type()))
+            })?;
+        let value = if value.null_count() > 0 {
+            prep_null_mask_filter(value)
+        } else {
+            value.clone()
+        };
         mask = Some(match mask {
             Some(m) => and(&m, &value)?,
             None => value,

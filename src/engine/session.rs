@@ -32,9 +32,11 @@ use super::functions;
 use super::options::FragvecOptions;
 use super::types;
 use super::write::{count_schema, write_streams};
-use crate::format::{self, Database, FormatError, NewFragment, NewRowIds, Operation, TableProperties};
+use crate::format::{
+    self, Database, FormatError, NewFragment, NewRowIds, Operation, TableProperties,
+};
 use crate::sql::finder::{self, DmlTarget, Finder, TargetColumn};
-use crate::sql::{parse_statements, pin, FragvecStatement};
+use crate::sql::{FragvecStatement, parse_statements, pin};
 
 /// What one statement produced.
 #[derive(Debug, Clone)]
@@ -47,7 +49,11 @@ pub struct StatementResult {
 
 impl StatementResult {
     fn rows(schema: SchemaRef, batches: Vec<RecordBatch>) -> Self {
-        Self { schema, batches, rows_affected: None }
+        Self {
+            schema,
+            batches,
+            rows_affected: None,
+        }
     }
 
     fn count(n: u64) -> Result<Self> {
@@ -76,7 +82,9 @@ pub struct FragvecSession {
 
 impl std::fmt::Debug for FragvecSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FragvecSession").field("database", &self.schema.database().location()).finish()
+        f.debug_struct("FragvecSession")
+            .field("database", &self.schema.database().location())
+            .finish()
     }
 }
 
@@ -142,7 +150,10 @@ impl FragvecSession {
             match self.execute(statement).await {
                 Ok(r) => results.push(r),
                 Err(e) if many => {
-                    return Err(DataFusionError::Context(format!("statement {}", i + 1), Box::new(e)));
+                    return Err(DataFusionError::Context(
+                        format!("statement {}", i + 1),
+                        Box::new(e),
+                    ));
                 }
                 Err(e) => return Err(e),
             }
@@ -172,10 +183,15 @@ impl FragvecSession {
         if let DFStatement::Statement(s) = &statement {
             match s.as_ref() {
                 Statement::CreateTable(_) => {
-                    let DFStatement::Statement(s) = statement else { unreachable!() };
+                    let DFStatement::Statement(s) = statement else {
+                        unreachable!()
+                    };
                     return self.create_table(*s).await;
                 }
-                Statement::Drop { object_type: ObjectType::Table, .. } => {
+                Statement::Drop {
+                    object_type: ObjectType::Table,
+                    ..
+                } => {
                     if let Some(r) = self.drop_tables(s).await? {
                         return Ok(r);
                     }
@@ -191,7 +207,10 @@ impl FragvecSession {
         }
         if let DFStatement::Explain(explain) = &statement
             && let DFStatement::Statement(inner) = explain.statement.as_ref()
-            && matches!(inner.as_ref(), Statement::Delete(_) | Statement::Update(_) | Statement::Merge(_))
+            && matches!(
+                inner.as_ref(),
+                Statement::Delete(_) | Statement::Update(_) | Statement::Merge(_)
+            )
         {
             if explain.options.analyze {
                 return Err(DataFusionError::NotImplemented(
@@ -202,7 +221,11 @@ impl FragvecSession {
                 return self.run_query(&format!("EXPLAIN {}", finder.sql)).await;
             }
         }
-        if statement.to_string().to_ascii_lowercase().contains("information_schema") {
+        if statement
+            .to_string()
+            .to_ascii_lowercase()
+            .contains("information_schema")
+        {
             self.schema.refresh().await?;
         }
         let statement = self.pin(statement).await?;
@@ -210,7 +233,11 @@ impl FragvecSession {
             // Round-robin repartitioning would shuffle the rows of a single-partition source;
             // INSERT keeps its source's order so the logical order is the order given.
             let mut state = self.ctx.state();
-            state.config_mut().options_mut().optimizer.enable_round_robin_repartition = false;
+            state
+                .config_mut()
+                .options_mut()
+                .optimizer
+                .enable_round_robin_repartition = false;
             let plan = state.statement_to_plan(statement).await?;
             self.execute_plan(Some(state), plan).await
         } else {
@@ -225,7 +252,11 @@ impl FragvecSession {
     }
 
     /// Runs a plan in the session (which applies `SET`s), or in a one-off `state`.
-    async fn execute_plan(&self, state: Option<SessionState>, plan: LogicalPlan) -> Result<StatementResult> {
+    async fn execute_plan(
+        &self,
+        state: Option<SessionState>,
+        plan: LogicalPlan,
+    ) -> Result<StatementResult> {
         let is_insert = matches!(&plan, LogicalPlan::Dml(d) if matches!(d.op, datafusion::logical_expr::WriteOp::Insert(_)));
         let df = match state {
             Some(state) => DataFrame::new(state, plan),
@@ -278,29 +309,43 @@ impl FragvecSession {
     }
 
     async fn create_table(&self, statement: Statement) -> Result<StatementResult> {
-        let Statement::CreateTable(mut create) = statement else { unreachable!() };
+        let Statement::CreateTable(mut create) = statement else {
+            unreachable!()
+        };
         let options = match std::mem::take(&mut create.table_options) {
             CreateTableOptions::None => vec![],
             CreateTableOptions::With(o) => o,
             other => {
-                return Err(DataFusionError::Plan(format!("unsupported table options: {other}")));
+                return Err(DataFusionError::Plan(format!(
+                    "unsupported table options: {other}"
+                )));
             }
         };
         let properties = table_properties(&options)?;
         for column in create.columns.iter_mut() {
             rewrite_vector_type(column)?;
         }
-        let plan = self.ctx.state().statement_to_plan(DFStatement::Statement(Box::new(Statement::CreateTable(create)))).await?;
+        let plan = self
+            .ctx
+            .state()
+            .statement_to_plan(DFStatement::Statement(Box::new(Statement::CreateTable(
+                create,
+            ))))
+            .await?;
         let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(cmd)) = plan else {
             return Err(DataFusionError::NotImplemented(format!(
                 "this form of CREATE TABLE is not supported: {plan}"
             )));
         };
         if cmd.or_replace {
-            return Err(DataFusionError::NotImplemented("CREATE OR REPLACE TABLE is not supported".into()));
+            return Err(DataFusionError::NotImplemented(
+                "CREATE OR REPLACE TABLE is not supported".into(),
+            ));
         }
         if !cmd.column_defaults.is_empty() {
-            return Err(DataFusionError::NotImplemented("column DEFAULT values are not supported".into()));
+            return Err(DataFusionError::NotImplemented(
+                "column DEFAULT values are not supported".into(),
+            ));
         }
         if !cmd.constraints.is_empty() {
             return Err(DataFusionError::NotImplemented(
@@ -309,7 +354,9 @@ impl FragvecSession {
         }
         let name = cmd.name.table().to_string();
         if self.schema.is_session_table(&name) {
-            return Err(DataFusionError::Plan(format!("table '{name}' already exists")));
+            return Err(DataFusionError::Plan(format!(
+                "table '{name}' already exists"
+            )));
         }
         let fields: Vec<Field> = cmd
             .input
@@ -319,9 +366,15 @@ impl FragvecSession {
             .map(|f| Field::new(f.name(), types::normalize(f.data_type()), f.is_nullable()))
             .collect();
         let schema = Schema::new(fields);
-        let snapshot = match self.database().create_table(&name, &schema, properties).await {
+        let snapshot = match self
+            .database()
+            .create_table(&name, &schema, properties)
+            .await
+        {
             Ok(s) => s,
-            Err(FormatError::AlreadyExists(_)) if cmd.if_not_exists => return Ok(StatementResult::empty()),
+            Err(FormatError::AlreadyExists(_)) if cmd.if_not_exists => {
+                return Ok(StatementResult::empty());
+            }
             Err(e) => return Err(e.into()),
         };
         self.schema.refresh().await?;
@@ -330,14 +383,24 @@ impl FragvecSession {
         }
         // CREATE TABLE ... AS SELECT: load the query's rows as the first append, in order.
         let mut state = self.ctx.state();
-        state.config_mut().options_mut().optimizer.enable_round_robin_repartition = false;
+        state
+            .config_mut()
+            .options_mut()
+            .optimizer
+            .enable_round_robin_repartition = false;
         let df = DataFrame::new(state, cmd.input.as_ref().clone());
         let streams = df.execute_stream_partitioned().await?;
         let written = write_streams(&snapshot, streams).await?;
         let rows: u64 = written.iter().map(|w| w.physical_rows).sum();
         if !written.is_empty() {
             let mut txn = format::Transaction::new(Operation::Append, snapshot.version());
-            txn.appends = written.into_iter().map(|w| NewFragment { written: w, row_ids: NewRowIds::Fresh }).collect();
+            txn.appends = written
+                .into_iter()
+                .map(|w| NewFragment {
+                    written: w,
+                    row_ids: NewRowIds::Fresh,
+                })
+                .collect();
             format::commit(&snapshot.dir, &snapshot.manifest, &txn).await?;
         }
         StatementResult::count(rows)
@@ -345,9 +408,16 @@ impl FragvecSession {
 
     /// Drops fragvec tables; returns `None` to let DataFusion drop a session table.
     async fn drop_tables(&self, statement: &Statement) -> Result<Option<StatementResult>> {
-        let Statement::Drop { names, if_exists, .. } = statement else { unreachable!() };
+        let Statement::Drop {
+            names, if_exists, ..
+        } = statement
+        else {
+            unreachable!()
+        };
         for name in names {
-            let Some(datafusion::sql::sqlparser::ast::ObjectNamePart::Identifier(ident)) = name.0.last() else {
+            let Some(datafusion::sql::sqlparser::ast::ObjectNamePart::Identifier(ident)) =
+                name.0.last()
+            else {
                 continue;
             };
             let table = pin::normalize_ident(ident);
@@ -404,12 +474,24 @@ impl FragvecSession {
             .schema
             .fields()
             .iter()
-            .map(|f| TargetColumn { name: f.name().clone(), vector_dim: types::vector_dim(f.data_type()) })
+            .map(|f| TargetColumn {
+                name: f.name().clone(),
+                vector_dim: types::vector_dim(f.data_type()),
+            })
             .collect();
         let (finder, op) = match statement {
-            Statement::Delete(d) => (finder::delete_finder(d, &target, &relation)?, Operation::Delete),
-            Statement::Update(u) => (finder::update_finder(u, &target, &relation, &columns)?, Operation::Update),
-            Statement::Merge(m) => (finder::merge_finder(m, &target, &relation, &columns)?, Operation::Merge),
+            Statement::Delete(d) => (
+                finder::delete_finder(d, &target, &relation)?,
+                Operation::Delete,
+            ),
+            Statement::Update(u) => (
+                finder::update_finder(u, &target, &relation, &columns)?,
+                Operation::Update,
+            ),
+            Statement::Merge(m) => (
+                finder::merge_finder(m, &target, &relation, &columns)?,
+                Operation::Merge,
+            ),
             _ => unreachable!(),
         };
         Ok(Some((finder, snapshot, op)))
@@ -426,10 +508,16 @@ impl FragvecSession {
                 return Ok(None);
             };
             let query = self.finder_frame(&finder.sql).await?;
-            let changes =
-                RowChanges::collect(query.execute_stream().await?, &snapshot.schema, finder.default_action)
-                    .await?;
-            match changes.commit(&snapshot, op, mode, &finder.assigned_columns).await {
+            let changes = RowChanges::collect(
+                query.execute_stream().await?,
+                &snapshot.schema,
+                finder.default_action,
+            )
+            .await?;
+            match changes
+                .commit(&snapshot, op, mode, &finder.assigned_columns)
+                .await
+            {
                 Ok(n) => return Ok(Some(StatementResult::count(n)?)),
                 Err(e) if is_retryable(&e) && attempt < options.commit_retries => attempt += 1,
                 Err(e) => return Err(e),
@@ -464,16 +552,19 @@ fn count_of(result: &StatementResult) -> u64 {
         .batches
         .first()
         .and_then(|b| b.column_by_name("count"))
-        .and_then(|c| c.as_any().downcast_ref::<datafusion::arrow::array::UInt64Array>())
+        .and_then(|c| {
+            c.as_any()
+                .downcast_ref::<datafusion::arrow::array::UInt64Array>()
+        })
         .map_or(0, |c| c.value(0))
 }
 
 /// Whether an error is a commit conflict the statement may retry.
 pub fn is_retryable(e: &DataFusionError) -> bool {
     match e.find_root() {
-        DataFusionError::External(inner) => {
-            inner.downcast_ref::<FormatError>().is_some_and(FormatError::is_retryable)
-        }
+        DataFusionError::External(inner) => inner
+            .downcast_ref::<FormatError>()
+            .is_some_and(FormatError::is_retryable),
         _ => false,
     }
 }
@@ -485,7 +576,9 @@ fn rewrite_vector_type(column: &mut ColumnDef) -> Result<()> {
     {
         let dim: i32 = match modifiers.as_slice() {
             [n] => n.parse().ok().filter(|d| *d > 0).ok_or_else(|| {
-                DataFusionError::Plan(format!("VECTOR dimension must be a positive integer, not {n}"))
+                DataFusionError::Plan(format!(
+                    "VECTOR dimension must be a positive integer, not {n}"
+                ))
             })?,
             _ => {
                 return Err(DataFusionError::Plan(format!(
@@ -507,7 +600,9 @@ fn table_properties(options: &[SqlOption]) -> Result<TableProperties> {
     let mut props = TableProperties::default();
     for option in options {
         let SqlOption::KeyValue { key, value } = option else {
-            return Err(DataFusionError::Plan(format!("unsupported table option {option}")));
+            return Err(DataFusionError::Plan(format!(
+                "unsupported table option {option}"
+            )));
         };
         let key = key.value.to_ascii_lowercase();
         let text = match value {
@@ -523,7 +618,9 @@ fn table_properties(options: &[SqlOption]) -> Result<TableProperties> {
         match key.as_str() {
             "stable_row_ids" => {
                 props.stable_row_ids = text.parse().map_err(|_| {
-                    DataFusionError::Plan(format!("stable_row_ids must be true or false, not {text}"))
+                    DataFusionError::Plan(format!(
+                        "stable_row_ids must be true or false, not {text}"
+                    ))
                 })?;
             }
             "max_rows_per_fragment" => {

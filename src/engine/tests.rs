@@ -26,7 +26,9 @@ async fn concurrent_inserts_from_two_sessions_all_land() {
     let run = |s: FragvecSession, base: i64| {
         tokio::spawn(async move {
             for i in 0..15 {
-                s.sql(&format!("INSERT INTO t VALUES ({}, 0)", base + i)).await.unwrap();
+                s.sql(&format!("INSERT INTO t VALUES ({}, 0)", base + i))
+                    .await
+                    .unwrap();
             }
         })
     };
@@ -45,10 +47,16 @@ async fn racing_delete_and_update_never_resurrect_or_lose_rows() {
         let tmp = tempfile::tempdir().unwrap();
         let loc = tmp.path().to_str().unwrap().to_string();
         let a = FragvecSession::open(&loc).await.unwrap();
-        a.sql("CREATE TABLE t (id BIGINT, v BIGINT) WITH (max_rows_per_fragment = 16)").await.unwrap();
-        a.sql("INSERT INTO t SELECT value, 0 FROM generate_series(0, 63)").await.unwrap();
+        a.sql("CREATE TABLE t (id BIGINT, v BIGINT) WITH (max_rows_per_fragment = 16)")
+            .await
+            .unwrap();
+        a.sql("INSERT INTO t SELECT value, 0 FROM generate_series(0, 63)")
+            .await
+            .unwrap();
         let b = FragvecSession::open(&loc).await.unwrap();
-        b.sql(&format!("SET fragvec.update_mode = '{mode}'")).await.unwrap();
+        b.sql(&format!("SET fragvec.update_mode = '{mode}'"))
+            .await
+            .unwrap();
         let del = {
             let a = a.clone();
             tokio::spawn(async move { a.sql("DELETE FROM t WHERE id % 2 = 0").await })

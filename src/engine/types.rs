@@ -6,7 +6,10 @@ use datafusion::arrow::datatypes::{DataType, Field};
 
 /// The Arrow type of a `VECTOR(dim)` column.
 pub fn vector_type(dim: i32) -> DataType {
-    DataType::FixedSizeList(Arc::new(Field::new_list_field(DataType::Float32, true)), dim)
+    DataType::FixedSizeList(
+        Arc::new(Field::new_list_field(DataType::Float32, true)),
+        dim,
+    )
 }
 
 /// The dimension, if `dt` is a vector type.

@@ -26,11 +26,18 @@ use crate::format::{self, NewFragment, NewRowIds, Operation, Snapshot, Transacti
 
 /// Schema of every DML result: one row, one `count` column.
 pub fn count_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![Field::new("count", DataType::UInt64, false)]))
+    Arc::new(Schema::new(vec![Field::new(
+        "count",
+        DataType::UInt64,
+        false,
+    )]))
 }
 
 pub fn count_batch(count: u64) -> Result<RecordBatch> {
-    Ok(RecordBatch::try_new(count_schema(), vec![Arc::new(UInt64Array::from(vec![count]))])?)
+    Ok(RecordBatch::try_new(
+        count_schema(),
+        vec![Arc::new(UInt64Array::from(vec![count]))],
+    )?)
 }
 
 /// Conforms a batch to the table schema: same column types, nullability enforced.
@@ -54,15 +61,19 @@ pub fn conform_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBa
             column.clone()
         } else {
             // `safe: false`: a value that does not fit is an error, never a silent NULL.
-            let options = datafusion::arrow::compute::CastOptions { safe: false, ..Default::default() };
-            datafusion::arrow::compute::cast_with_options(column, field.data_type(), &options).map_err(|e| {
-                DataFusionError::Execution(format!(
-                    "cannot store a {} value in column '{}' of type {}: {e}",
-                    column.data_type(),
-                    field.name(),
-                    crate::engine::types::display_type(field.data_type())
-                ))
-            })?
+            let options = datafusion::arrow::compute::CastOptions {
+                safe: false,
+                ..Default::default()
+            };
+            datafusion::arrow::compute::cast_with_options(column, field.data_type(), &options)
+                .map_err(|e| {
+                    DataFusionError::Execution(format!(
+                        "cannot store a {} value in column '{}' of type {}: {e}",
+                        column.data_type(),
+                        field.name(),
+                        crate::engine::types::display_type(field.data_type())
+                    ))
+                })?
         };
         columns.push(column);
     }
@@ -93,7 +104,10 @@ pub async fn write_streams(
         .collect();
     let mut all = Vec::new();
     for task in tasks {
-        let written = task.join().await.map_err(|e| DataFusionError::External(Box::new(e)))??;
+        let written = task
+            .join()
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))??;
         all.extend(written);
     }
     Ok(all)
@@ -114,13 +128,22 @@ impl InsertExec {
             EmissionType::Final,
             Boundedness::Bounded,
         ));
-        Self { snapshot, input, cache }
+        Self {
+            snapshot,
+            input,
+            cache,
+        }
     }
 }
 
 impl DisplayAs for InsertExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "InsertExec: table={}, read_version={}", self.snapshot.name(), self.snapshot.version())
+        write!(
+            f,
+            "InsertExec: table={}, read_version={}",
+            self.snapshot.name(),
+            self.snapshot.version()
+        )
     }
 }
 
@@ -153,9 +176,9 @@ impl ExecutionPlan for InsertExec {
         mut children: Vec<Arc<dyn ExecutionPlan>>,
         _: ReplaceChildrenOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let input = children.pop().ok_or_else(|| {
-            DataFusionError::Internal("InsertExec needs one child".into())
-        })?;
+        let input = children
+            .pop()
+            .ok_or_else(|| DataFusionError::Internal("InsertExec needs one child".into()))?;
         Ok(Arc::new(InsertExec::new(self.snapshot.clone(), input)))
     }
 
@@ -163,7 +186,10 @@ impl ExecutionPlan for InsertExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.replace_children(children, ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
     }
 
     fn execute(
@@ -172,7 +198,9 @@ impl ExecutionPlan for InsertExec {
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         if partition != 0 {
-            return Err(DataFusionError::Internal(format!("InsertExec: no partition {partition}")));
+            return Err(DataFusionError::Internal(format!(
+                "InsertExec: no partition {partition}"
+            )));
         }
         let streams = (0..self.input.output_partitioning().partition_count())
             .map(|p| self.input.execute(p, context.clone()))
@@ -185,12 +213,18 @@ impl ExecutionPlan for InsertExec {
                 let mut txn = Transaction::new(Operation::Append, snapshot.version());
                 txn.appends = written
                     .into_iter()
-                    .map(|w| NewFragment { written: w, row_ids: NewRowIds::Fresh })
+                    .map(|w| NewFragment {
+                        written: w,
+                        row_ids: NewRowIds::Fresh,
+                    })
                     .collect();
                 format::commit(&snapshot.dir, &snapshot.manifest, &txn).await?;
             }
             count_batch(rows)
         };
-        Ok(Box::pin(RecordBatchStreamAdapter::new(count_schema(), futures::stream::once(work))))
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            count_schema(),
+            futures::stream::once(work),
+        )))
     }
 }

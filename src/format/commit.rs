@@ -22,10 +22,11 @@ use roaring::RoaringBitmap;
 use super::error::{FormatError, Result};
 use super::fragment_io::WrittenFragment;
 use super::manifest::{
-    now_ms, DataFile, DeletionFile, Fragment, Manifest, Operation, TransactionRecord, MAX_FRAGMENT_ID,
+    DataFile, DeletionFile, Fragment, MAX_FRAGMENT_ID, Manifest, Operation, TransactionRecord,
+    now_ms,
 };
 use super::rowids::RowIdSequence;
-use super::store::{random_tag, Snapshot, TableDir};
+use super::store::{Snapshot, TableDir, random_tag};
 
 /// How many times one commit re-reads the latest version after losing a put race.
 const MAX_PUT_ATTEMPTS: usize = 20;
@@ -82,10 +83,14 @@ pub fn rebase_conflict(read: &Manifest, latest: &Manifest, txn: &Transaction) ->
             return Some(format!("fragment {id} was removed by a concurrent commit"));
         };
         let Some(before) = read.fragment(*id) else {
-            return Some(format!("fragment {id} is not in the version the statement read"));
+            return Some(format!(
+                "fragment {id} is not in the version the statement read"
+            ));
         };
         if now.files != before.files {
-            return Some(format!("fragment {id} was rewritten by a concurrent commit"));
+            return Some(format!(
+                "fragment {id} was rewritten by a concurrent commit"
+            ));
         }
     }
     None
@@ -123,7 +128,9 @@ pub fn apply(
     for new in &txn.appends {
         let id = next.next_fragment_id;
         if id > MAX_FRAGMENT_ID {
-            return Err(FormatError::invalid("the table has run out of fragment ids"));
+            return Err(FormatError::invalid(
+                "the table has run out of fragment ids",
+            ));
         }
         next.next_fragment_id += 1;
         let rows = new.written.physical_rows;
@@ -153,7 +160,9 @@ pub fn apply(
         });
     }
     next.validate().map_err(|reason| {
-        FormatError::invalid(format!("commit would produce an invalid manifest: {reason}"))
+        FormatError::invalid(format!(
+            "commit would produce an invalid manifest: {reason}"
+        ))
     })?;
     Ok(next)
 }
@@ -216,7 +225,10 @@ mod tests {
 
     fn table(stable: bool) -> Manifest {
         let schema = Schema::new(vec![Field::new("id", DataType::Int64, false)]);
-        let props = TableProperties { stable_row_ids: stable, ..Default::default() };
+        let props = TableProperties {
+            stable_row_ids: stable,
+            ..Default::default()
+        };
         Manifest::new_table(&schema, props, "t".into()).unwrap()
     }
 
@@ -244,8 +256,14 @@ mod tests {
         t2.appends = vec![append(3, "c")];
         // Rebased onto m2 although it read version 1.
         let m3 = apply(&m2, &t2, &BTreeMap::new(), "y".into()).unwrap();
-        assert_eq!(m3.fragments.iter().map(|f| f.id).collect::<Vec<_>>(), vec![0, 1, 2]);
-        assert_eq!(m3.fragments[2].row_ids, Some(RowIdSequence::from_range(15, 3)));
+        assert_eq!(
+            m3.fragments.iter().map(|f| f.id).collect::<Vec<_>>(),
+            vec![0, 1, 2]
+        );
+        assert_eq!(
+            m3.fragments[2].row_ids,
+            Some(RowIdSequence::from_range(15, 3))
+        );
         assert_eq!(m3.next_row_id, 18);
         assert_eq!(m3.version, 3);
     }
@@ -257,7 +275,11 @@ mod tests {
         t.appends = vec![append(4, "a")];
         let m2 = apply(&m, &t, &BTreeMap::new(), "x".into()).unwrap();
         let mut t2 = Transaction::new(Operation::Update, 2);
-        let file = DataFile { path: "data/new.parquet".into(), columns: vec!["id".into()], size_bytes: 1 };
+        let file = DataFile {
+            path: "data/new.parquet".into(),
+            columns: vec!["id".into()],
+            size_bytes: 1,
+        };
         t2.column_rewrites.insert(0, file.clone());
         let m3 = apply(&m2, &t2, &BTreeMap::new(), "y".into()).unwrap();
         assert_eq!(m3.fragments[0].files, vec![file]);
@@ -273,15 +295,27 @@ mod tests {
         let mut rewrite = Transaction::new(Operation::Update, 2);
         rewrite.column_rewrites.insert(
             0,
-            DataFile { path: "data/n.parquet".into(), columns: vec!["id".into()], size_bytes: 1 },
+            DataFile {
+                path: "data/n.parquet".into(),
+                columns: vec!["id".into()],
+                size_bytes: 1,
+            },
         );
         let m3 = apply(&m2, &rewrite, &BTreeMap::new(), "y".into()).unwrap();
         let mut delete = Transaction::new(Operation::Delete, 2);
         delete.deletions.insert(0, [1u32].into_iter().collect());
-        assert!(rebase_conflict(&m2, &m3, &delete).unwrap().contains("rewritten"));
+        assert!(
+            rebase_conflict(&m2, &m3, &delete)
+                .unwrap()
+                .contains("rewritten")
+        );
         let mut gone = m3.clone();
         gone.fragments.clear();
-        assert!(rebase_conflict(&m2, &gone, &delete).unwrap().contains("removed"));
+        assert!(
+            rebase_conflict(&m2, &gone, &delete)
+                .unwrap()
+                .contains("removed")
+        );
         assert!(rebase_conflict(&m2, &m2, &delete).is_none());
     }
 }

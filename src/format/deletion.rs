@@ -16,7 +16,9 @@ pub fn encode(fragment_id: u64, physical_rows: u64, deleted: &RoaringBitmap) -> 
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&fragment_id.to_le_bytes());
     out.extend_from_slice(&physical_rows.to_le_bytes());
-    deleted.serialize_into(&mut out).expect("writing to a Vec cannot fail");
+    deleted
+        .serialize_into(&mut out)
+        .expect("writing to a Vec cannot fail");
     out
 }
 
@@ -47,11 +49,17 @@ pub fn decode(
     if bitmap.len() != expected_deleted {
         return Err(FormatError::corrupt(
             path,
-            format!("holds {} deletions, manifest says {expected_deleted}", bitmap.len()),
+            format!(
+                "holds {} deletions, manifest says {expected_deleted}",
+                bitmap.len()
+            ),
         ));
     }
     if bitmap.max().is_some_and(|m| u64::from(m) >= physical_rows) {
-        return Err(FormatError::corrupt(path, "deletes an offset past the fragment's end"));
+        return Err(FormatError::corrupt(
+            path,
+            "deletes an offset past the fragment's end",
+        ));
     }
     Ok(bitmap)
 }
@@ -71,10 +79,20 @@ mod tests {
     fn rejects_wrong_fragment_truncation_and_garbage() {
         let bm: RoaringBitmap = [1u32, 5].into_iter().collect();
         let bytes = encode(3, 100, &bm);
-        assert!(decode(&bytes, "d", 4, 100, 2).unwrap_err().to_string().contains("fragment 3"));
+        assert!(
+            decode(&bytes, "d", 4, 100, 2)
+                .unwrap_err()
+                .to_string()
+                .contains("fragment 3")
+        );
         assert!(decode(&bytes[..bytes.len() - 3], "d", 3, 100, 2).is_err());
         assert!(decode(b"garbage", "d", 3, 100, 2).is_err());
         assert!(decode(&bytes, "d", 3, 100, 5).is_err());
-        assert!(decode(&encode(3, 4, &bm), "d", 3, 4, 2).unwrap_err().to_string().contains("past"));
+        assert!(
+            decode(&encode(3, 4, &bm), "d", 3, 4, 2)
+                .unwrap_err()
+                .to_string()
+                .contains("past")
+        );
     }
 }

@@ -20,7 +20,11 @@ pub enum FormatError {
     /// Another writer committed something this transaction cannot be rebased over.
     /// The statement may re-read the table and try again.
     #[error("commit conflict on table '{table}' at version {version}: {reason} (retryable)")]
-    Conflict { table: String, version: u64, reason: String },
+    Conflict {
+        table: String,
+        version: u64,
+        reason: String,
+    },
     #[error("corrupt file {path}: {reason}")]
     Corrupt { path: String, reason: String },
     #[error(
@@ -28,9 +32,17 @@ pub enum FormatError {
     )]
     UnknownFeature { table: String, flag: String },
     #[error("object store error at {path}: {source}")]
-    ObjectStore { path: String, #[source] source: object_store::Error },
+    ObjectStore {
+        path: String,
+        #[source]
+        source: object_store::Error,
+    },
     #[error("parquet error in {path}: {source}")]
-    Parquet { path: String, #[source] source: datafusion::parquet::errors::ParquetError },
+    Parquet {
+        path: String,
+        #[source]
+        source: datafusion::parquet::errors::ParquetError,
+    },
     #[error("arrow error: {0}")]
     Arrow(#[from] datafusion::arrow::error::ArrowError),
 }
@@ -41,11 +53,17 @@ impl FormatError {
     }
 
     pub(crate) fn store(path: impl fmt::Display, source: object_store::Error) -> Self {
-        FormatError::ObjectStore { path: path.to_string(), source }
+        FormatError::ObjectStore {
+            path: path.to_string(),
+            source,
+        }
     }
 
     pub(crate) fn corrupt(path: impl fmt::Display, reason: impl Into<String>) -> Self {
-        FormatError::Corrupt { path: path.to_string(), reason: reason.into() }
+        FormatError::Corrupt {
+            path: path.to_string(),
+            reason: reason.into(),
+        }
     }
 
     pub(crate) fn invalid(reason: impl Into<String>) -> Self {

@@ -10,21 +10,21 @@ use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 // `ParquetObjectReader` is deprecated in parquet 59 in favour of hand-written readers; it is
 // still what DataFusion 55 itself builds on, and it does exactly the range reads we want.
+use datafusion::parquet::arrow::ProjectionMask;
 #[allow(deprecated)]
 use datafusion::parquet::arrow::async_reader::ParquetObjectReader;
 use datafusion::parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use datafusion::parquet::arrow::async_writer::AsyncArrowWriter;
-use object_store::buffered::BufWriter;
-use datafusion::parquet::arrow::ProjectionMask;
 use datafusion::parquet::basic::Compression;
 use datafusion::parquet::file::properties::WriterProperties;
 use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt, TryStreamExt};
 use object_store::ObjectStoreExt;
+use object_store::buffered::BufWriter;
 
 use super::error::{FormatError, Result};
 use super::manifest::{DataFile, Fragment};
-use super::store::{random_tag, TableDir};
+use super::store::{TableDir, random_tag};
 
 /// Rows per Parquet row group: small enough that a writer buffers tens of MB, not hundreds.
 pub const ROW_GROUP_ROWS: usize = 64 * 1024;
@@ -58,7 +58,10 @@ impl FileWriter {
         let path = dir.path(&relative);
         let object = BufWriter::new(dir.store().clone(), path.clone());
         let writer = AsyncArrowWriter::try_new(object, schema.clone(), Some(writer_properties()))
-            .map_err(|e| FormatError::Parquet { path: path.to_string(), source: e })?;
+            .map_err(|e| FormatError::Parquet {
+            path: path.to_string(),
+            source: e,
+        })?;
         Ok(Self {
             dir: dir.clone(),
             relative,
@@ -73,17 +76,32 @@ impl FileWriter {
         self.writer
             .write(batch)
             .await
-            .map_err(|e| FormatError::Parquet { path: self.relative.clone(), source: e })
+            .map_err(|e| FormatError::Parquet {
+                path: self.relative.clone(),
+                source: e,
+            })
     }
 
     async fn finish(self) -> Result<(DataFile, u64)> {
         self.writer
             .close()
             .await
-            .map_err(|e| FormatError::Parquet { path: self.relative.clone(), source: e })?;
+            .map_err(|e| FormatError::Parquet {
+                path: self.relative.clone(),
+                source: e,
+            })?;
         let path = self.dir.path(&self.relative);
-        let meta = self.dir.store().head(&path).await.map_err(|e| FormatError::store(&path, e))?;
-        let file = DataFile { path: self.relative, columns: self.columns, size_bytes: meta.size };
+        let meta = self
+            .dir
+            .store()
+            .head(&path)
+            .await
+            .map_err(|e| FormatError::store(&path, e))?;
+        let file = DataFile {
+            path: self.relative,
+            columns: self.columns,
+            size_bytes: meta.size,
+        };
         Ok((file, self.rows))
     }
 }
@@ -114,7 +132,10 @@ where
             batch = batch.slice(take, batch.num_rows() - take);
             if writer.rows == max_rows {
                 let (file, rows) = current.take().expect("writer present").finish().await?;
-                done.push(WrittenFragment { files: vec![file], physical_rows: rows });
+                done.push(WrittenFragment {
+                    files: vec![file],
+                    physical_rows: rows,
+                });
             }
         }
     }
@@ -122,7 +143,10 @@ where
         && w.rows > 0
     {
         let (file, rows) = w.finish().await?;
-        done.push(WrittenFragment { files: vec![file], physical_rows: rows });
+        done.push(WrittenFragment {
+            files: vec![file],
+            physical_rows: rows,
+        });
     }
     Ok(done)
 }
@@ -195,11 +219,16 @@ fn read_file(
 ) -> BoxStream<'static, Result<RecordBatch>> {
     let open = async move {
         let path = dir.path(&file.path);
-        let perr = |e| FormatError::Parquet { path: path.to_string(), source: e };
+        let perr = |e| FormatError::Parquet {
+            path: path.to_string(),
+            source: e,
+        };
         #[allow(deprecated)]
-        let reader =
-            ParquetObjectReader::new(dir.store().clone(), path.clone()).with_file_size(file.size_bytes);
-        let builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(perr)?;
+        let reader = ParquetObjectReader::new(dir.store().clone(), path.clone())
+            .with_file_size(file.size_bytes);
+        let builder = ParquetRecordBatchStreamBuilder::new(reader)
+            .await
+            .map_err(perr)?;
         let file_rows = builder.metadata().file_metadata().num_rows() as u64;
         if file_rows != expected_rows {
             return Err(FormatError::corrupt(
@@ -217,9 +246,16 @@ fn read_file(
             })
             .collect::<Result<Vec<_>>>()?;
         let mask = ProjectionMask::roots(builder.parquet_schema(), indices.iter().copied());
-        let stream = builder.with_projection(mask).with_batch_size(batch_size).build().map_err(perr)?;
+        let stream = builder
+            .with_projection(mask)
+            .with_batch_size(batch_size)
+            .build()
+            .map_err(perr)?;
         let path_for_err = path.to_string();
-        Ok(stream.map_err(move |e| FormatError::Parquet { path: path_for_err.clone(), source: e }))
+        Ok(stream.map_err(move |e| FormatError::Parquet {
+            path: path_for_err.clone(),
+            source: e,
+        }))
     };
     stream::once(open).try_flatten().boxed()
 }
@@ -245,7 +281,11 @@ fn zip_columns(
         schema: SchemaRef,
     }
     let n = streams.len();
-    let state = State { streams, pending: vec![VecDeque::new(); n], schema };
+    let state = State {
+        streams,
+        pending: vec![VecDeque::new(); n],
+        schema,
+    };
     stream::try_unfold(state, |mut st| async move {
         // Make sure every file has a batch ready (or is exhausted).
         for i in 0..st.streams.len() {
@@ -255,12 +295,20 @@ fn zip_columns(
                 st.pending[i].push_back(b?);
             }
         }
-        let lens: Vec<usize> =
-            st.pending.iter().map(|q| q.front().map_or(0, |b| b.num_rows())).collect();
-        let Some(&take) = lens.iter().min() else { return Ok(None) };
+        let lens: Vec<usize> = st
+            .pending
+            .iter()
+            .map(|q| q.front().map_or(0, |b| b.num_rows()))
+            .collect();
+        let Some(&take) = lens.iter().min() else {
+            return Ok(None);
+        };
         if take == 0 {
             if lens.iter().any(|&l| l > 0) {
-                return Err(FormatError::corrupt("fragment", "data files hold different row counts"));
+                return Err(FormatError::corrupt(
+                    "fragment",
+                    "data files hold different row counts",
+                ));
             }
             return Ok(None);
         }
@@ -280,9 +328,13 @@ fn zip_columns(
             .fields()
             .iter()
             .map(|f| {
-                columns.iter().find(|(n, _)| n == f.name()).map(|(_, a)| a.clone()).ok_or_else(
-                    || FormatError::corrupt("fragment", format!("column '{}' missing", f.name())),
-                )
+                columns
+                    .iter()
+                    .find(|(n, _)| n == f.name())
+                    .map(|(_, a)| a.clone())
+                    .ok_or_else(|| {
+                        FormatError::corrupt("fragment", format!("column '{}' missing", f.name()))
+                    })
             })
             .collect::<Result<Vec<_>>>()?;
         let batch = RecordBatch::try_new(st.schema.clone(), arrays)?;

@@ -72,7 +72,10 @@ pub struct TableProperties {
 
 impl Default for TableProperties {
     fn default() -> Self {
-        Self { stable_row_ids: false, max_rows_per_fragment: DEFAULT_MAX_ROWS_PER_FRAGMENT }
+        Self {
+            stable_row_ids: false,
+            max_rows_per_fragment: DEFAULT_MAX_ROWS_PER_FRAGMENT,
+        }
     }
 }
 
@@ -121,7 +124,9 @@ impl Fragment {
 
     /// The data file that holds `column`, if any.
     pub fn file_for_column(&self, column: &str) -> Option<&DataFile> {
-        self.files.iter().find(|f| f.columns.iter().any(|c| c == column))
+        self.files
+            .iter()
+            .find(|f| f.columns.iter().any(|c| c == column))
     }
 }
 
@@ -258,7 +263,10 @@ impl Manifest {
         let value: serde_json::Value = serde_json::from_slice(bytes)
             .map_err(|e| FormatError::corrupt(path, format!("not a JSON manifest: {e}")))?;
         if value.get("magic").and_then(|m| m.as_str()) != Some(MANIFEST_MAGIC) {
-            return Err(FormatError::corrupt(path, "not a fragvec manifest (bad magic)"));
+            return Err(FormatError::corrupt(
+                path,
+                "not a fragvec manifest (bad magic)",
+            ));
         }
         if let Some(flags) = value.get("reader_features").and_then(|f| f.as_array()) {
             for flag in flags {
@@ -273,7 +281,9 @@ impl Manifest {
         }
         let manifest: Manifest = serde_json::from_value(value)
             .map_err(|e| FormatError::corrupt(path, format!("invalid manifest: {e}")))?;
-        manifest.validate().map_err(|reason| FormatError::corrupt(path, reason))?;
+        manifest
+            .validate()
+            .map_err(|reason| FormatError::corrupt(path, reason))?;
         Ok(manifest)
     }
 
@@ -293,7 +303,10 @@ impl Manifest {
     /// Structural invariants; a violation means the file is corrupt.
     pub fn validate(&self) -> std::result::Result<(), String> {
         if self.format_version > FORMAT_VERSION || self.format_version == 0 {
-            return Err(format!("unsupported manifest format version {}", self.format_version));
+            return Err(format!(
+                "unsupported manifest format version {}",
+                self.format_version
+            ));
         }
         if self.version == 0 {
             return Err("version 0 is not a valid table version".into());
@@ -334,11 +347,15 @@ impl Manifest {
             }
             for c in &columns {
                 if covered.get(c) != Some(&1) {
-                    return Err(format!("fragment {id}: column '{c}' is not held by exactly one file"));
+                    return Err(format!(
+                        "fragment {id}: column '{c}' is not held by exactly one file"
+                    ));
                 }
             }
             if covered.len() != columns.len() {
-                return Err(format!("fragment {id} holds a column the schema does not have"));
+                return Err(format!(
+                    "fragment {id} holds a column the schema does not have"
+                ));
             }
             if let Some(d) = &frag.deletion {
                 check_relative_path(&d.path)?;
@@ -350,14 +367,18 @@ impl Manifest {
                 (Some(seq), true) => {
                     seq.validate()?;
                     if seq.len() != frag.physical_rows {
-                        return Err(format!("fragment {id}: row-id count differs from row count"));
+                        return Err(format!(
+                            "fragment {id}: row-id count differs from row count"
+                        ));
                     }
                     if seq.max_id().is_some_and(|m| m >= self.next_row_id) {
                         return Err(format!("fragment {id}: row id not below next_row_id"));
                     }
                 }
                 (None, false) => {}
-                (Some(_), false) => return Err(format!("fragment {id} has row ids, table does not")),
+                (Some(_), false) => {
+                    return Err(format!("fragment {id} has row ids, table does not"));
+                }
                 (None, true) => return Err(format!("fragment {id} lacks row ids")),
             }
         }
@@ -393,7 +414,10 @@ mod tests {
             Field::new("id", DataType::Int64, false),
             Field::new(
                 "emb",
-                DataType::FixedSizeList(Arc::new(Field::new_list_field(DataType::Float32, true)), 4),
+                DataType::FixedSizeList(
+                    Arc::new(Field::new_list_field(DataType::Float32, true)),
+                    4,
+                ),
                 true,
             ),
         ]);
@@ -412,16 +436,22 @@ mod tests {
     fn unknown_reader_feature_is_named() {
         let mut m = sample();
         m.reader_features.insert("time_machine".into());
-        let err = Manifest::decode(&m.encode(), "m", "t").unwrap_err().to_string();
+        let err = Manifest::decode(&m.encode(), "m", "t")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("time_machine"), "{err}");
     }
 
     #[test]
     fn foreign_and_truncated_files_are_corrupt() {
-        let e = Manifest::decode(b"{\"hello\": 1}", "m", "t").unwrap_err().to_string();
+        let e = Manifest::decode(b"{\"hello\": 1}", "m", "t")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("bad magic"), "{e}");
         let bytes = sample().encode();
-        let e = Manifest::decode(&bytes[..bytes.len() / 2], "m", "t").unwrap_err().to_string();
+        let e = Manifest::decode(&bytes[..bytes.len() / 2], "m", "t")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("not a JSON manifest"), "{e}");
     }
 
@@ -431,12 +461,18 @@ mod tests {
         m.next_fragment_id = 1;
         m.fragments.push(Fragment {
             id: 0,
-            files: vec![DataFile { path: "data/a.parquet".into(), columns: vec!["id".into()], size_bytes: 1 }],
+            files: vec![DataFile {
+                path: "data/a.parquet".into(),
+                columns: vec!["id".into()],
+                size_bytes: 1,
+            }],
             physical_rows: 3,
             deletion: None,
             row_ids: None,
         });
-        let e = Manifest::decode(&m.encode(), "m", "t").unwrap_err().to_string();
+        let e = Manifest::decode(&m.encode(), "m", "t")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("'emb'"), "{e}");
     }
 

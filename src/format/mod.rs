@@ -11,10 +11,12 @@ pub mod manifest;
 pub mod rowids;
 pub mod store;
 
-pub use commit::{commit, NewFragment, NewRowIds, Transaction};
+pub use commit::{NewFragment, NewRowIds, Transaction, commit};
 pub use error::{FormatError, Result};
-pub use fragment_io::{read_fragment, write_fragments, WrittenFragment};
-pub use manifest::{row_address, split_row_address, Fragment, Manifest, Operation, TableProperties};
+pub use fragment_io::{WrittenFragment, read_fragment, write_fragments};
+pub use manifest::{
+    Fragment, Manifest, Operation, TableProperties, row_address, split_row_address,
+};
 pub use store::{Database, Snapshot, TableDir};
 
 #[cfg(test)]

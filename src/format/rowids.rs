@@ -14,8 +14,13 @@ const MIN_RUN: usize = 4;
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RowIdSegment {
     /// `start..end`, end exclusive.
-    Range { start: u64, end: u64 },
-    Ids { ids: Vec<u64> },
+    Range {
+        start: u64,
+        end: u64,
+    },
+    Ids {
+        ids: Vec<u64>,
+    },
 }
 
 impl RowIdSegment {
@@ -38,7 +43,12 @@ impl RowIdSequence {
         if len == 0 {
             return Self::default();
         }
-        Self { segments: vec![RowIdSegment::Range { start, end: start + len }] }
+        Self {
+            segments: vec![RowIdSegment::Range {
+                start,
+                end: start + len,
+            }],
+        }
     }
 
     /// Builds a sequence from arbitrary ids, collapsing runs of consecutive ids into ranges.
@@ -54,9 +64,14 @@ impl RowIdSequence {
             }
             if j - i >= MIN_RUN {
                 if !loose.is_empty() {
-                    seq.segments.push(RowIdSegment::Ids { ids: std::mem::take(&mut loose) });
+                    seq.segments.push(RowIdSegment::Ids {
+                        ids: std::mem::take(&mut loose),
+                    });
                 }
-                seq.segments.push(RowIdSegment::Range { start: ids[i], end: ids[j - 1] + 1 });
+                seq.segments.push(RowIdSegment::Range {
+                    start: ids[i],
+                    end: ids[j - 1] + 1,
+                });
             } else {
                 loose.extend_from_slice(&ids[i..j]);
             }
@@ -81,12 +96,14 @@ impl RowIdSequence {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
-        self.segments.iter().flat_map(|s| -> Box<dyn Iterator<Item = u64> + '_> {
-            match s {
-                RowIdSegment::Range { start, end } => Box::new(*start..*end),
-                RowIdSegment::Ids { ids } => Box::new(ids.iter().copied()),
-            }
-        })
+        self.segments
+            .iter()
+            .flat_map(|s| -> Box<dyn Iterator<Item = u64> + '_> {
+                match s {
+                    RowIdSegment::Range { start, end } => Box::new(*start..*end),
+                    RowIdSegment::Ids { ids } => Box::new(ids.iter().copied()),
+                }
+            })
     }
 
     /// The ids of offsets `offset..offset + len`, appended to `out`.
@@ -154,7 +171,13 @@ mod tests {
     #[test]
     fn consecutive_ids_collapse_to_one_range() {
         let seq = RowIdSequence::from_ids(10..1010);
-        assert_eq!(seq.segments(), &[RowIdSegment::Range { start: 10, end: 1010 }]);
+        assert_eq!(
+            seq.segments(),
+            &[RowIdSegment::Range {
+                start: 10,
+                end: 1010
+            }]
+        );
         assert_eq!(seq.len(), 1000);
     }
 
@@ -164,7 +187,9 @@ mod tests {
         assert_eq!(
             seq.segments(),
             &[
-                RowIdSegment::Ids { ids: vec![5, 9, 10] },
+                RowIdSegment::Ids {
+                    ids: vec![5, 9, 10]
+                },
                 RowIdSegment::Range { start: 20, end: 25 },
                 RowIdSegment::Ids { ids: vec![3] },
             ]

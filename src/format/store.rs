@@ -50,7 +50,11 @@ impl Database {
             } else if location.contains("://") && !location.starts_with("file://") {
                 return Err(FormatError::invalid(format!(
                     "unsupported database location '{location}' (use a path, file://, memory://{})",
-                    if cfg!(feature = "s3") { " or s3://" } else { "" }
+                    if cfg!(feature = "s3") {
+                        " or s3://"
+                    } else {
+                        ""
+                    }
                 )));
             } else {
                 let dir = location.strip_prefix("file://").unwrap_or(location);
@@ -62,12 +66,20 @@ impl Database {
                     .with_automatic_cleanup(true);
                 (Arc::new(fs), Path::default())
             };
-        Ok(Self { store, root, location: location.to_string() })
+        Ok(Self {
+            store,
+            root,
+            location: location.to_string(),
+        })
     }
 
     /// A database over any object store, e.g. one the embedding application configured.
     pub fn from_store(store: Arc<dyn ObjectStore>, root: Path, location: String) -> Self {
-        Self { store, root, location }
+        Self {
+            store,
+            root,
+            location,
+        }
     }
 
     pub fn location(&self) -> &str {
@@ -96,8 +108,11 @@ impl Database {
             .map_err(|e| FormatError::store(&self.root, e))?;
         let mut names = Vec::new();
         for prefix in listing.common_prefixes {
-            let Some(name) = prefix.filename() else { continue };
-            if validate_table_name(name).is_ok() && self.table(name)?.latest_version().await?.is_some()
+            let Some(name) = prefix.filename() else {
+                continue;
+            };
+            if validate_table_name(name).is_ok()
+                && self.table(name)?.latest_version().await?.is_some()
             {
                 names.push(name.to_string());
             }
@@ -140,7 +155,10 @@ impl Database {
             .map_err(|e| FormatError::store(&dir.root, e))?;
         manifests.sort();
         for path in manifests.iter().rev() {
-            self.store.delete(path).await.map_err(|e| FormatError::store(path, e))?;
+            self.store
+                .delete(path)
+                .await
+                .map_err(|e| FormatError::store(path, e))?;
         }
         let rest: Vec<Path> = self
             .store
@@ -179,7 +197,9 @@ fn open_s3(rest: &str) -> Result<(Arc<dyn ObjectStore>, Path)> {
 pub fn validate_table_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 128
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
         && !name.starts_with('_');
     if ok {
         Ok(())
@@ -222,7 +242,10 @@ impl TableDir {
     }
 
     fn manifest_path(&self, version: u64) -> Path {
-        self.root.clone().join(VERSIONS_DIR).join(format!("{version:020}{MANIFEST_SUFFIX}"))
+        self.root
+            .clone()
+            .join(VERSIONS_DIR)
+            .join(format!("{version:020}{MANIFEST_SUFFIX}"))
     }
 
     /// All committed versions, ascending.
@@ -236,7 +259,13 @@ impl TableDir {
             .map_err(|e| FormatError::store(&dir, e))?;
         let mut versions: Vec<u64> = metas
             .iter()
-            .filter_map(|m| m.location.filename()?.strip_suffix(MANIFEST_SUFFIX)?.parse().ok())
+            .filter_map(|m| {
+                m.location
+                    .filename()?
+                    .strip_suffix(MANIFEST_SUFFIX)?
+                    .parse()
+                    .ok()
+            })
             .collect();
         versions.sort_unstable();
         Ok(versions)
@@ -251,7 +280,10 @@ impl TableDir {
         let bytes = match self.store.get(&path).await {
             Ok(r) => r.bytes().await.map_err(|e| FormatError::store(&path, e))?,
             Err(object_store::Error::NotFound { .. }) => {
-                return Err(FormatError::VersionNotFound { table: self.name.clone(), version });
+                return Err(FormatError::VersionNotFound {
+                    table: self.name.clone(),
+                    version,
+                });
             }
             Err(e) => return Err(FormatError::store(&path, e)),
         };
@@ -259,7 +291,10 @@ impl TableDir {
         if manifest.version != version {
             return Err(FormatError::corrupt(
                 &path,
-                format!("file name says version {version}, contents say {}", manifest.version),
+                format!(
+                    "file name says version {version}, contents say {}",
+                    manifest.version
+                ),
             ));
         }
         Ok(manifest)
@@ -279,8 +314,15 @@ impl TableDir {
     /// Publishes a manifest if its version is free. `Ok(false)` means another writer won.
     pub async fn put_manifest(&self, manifest: &Manifest) -> Result<bool> {
         let path = self.manifest_path(manifest.version);
-        let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
-        match self.store.put_opts(&path, PutPayload::from(manifest.encode()), opts).await {
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        match self
+            .store
+            .put_opts(&path, PutPayload::from(manifest.encode()), opts)
+            .await
+        {
             Ok(_) => Ok(true),
             Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
             Err(e) => Err(FormatError::store(&path, e)),
@@ -289,7 +331,9 @@ impl TableDir {
 
     /// Reads a fragment's deletion vector (empty if it has none).
     pub async fn read_deletions(&self, fragment: &Fragment) -> Result<RoaringBitmap> {
-        let Some(file) = &fragment.deletion else { return Ok(RoaringBitmap::new()) };
+        let Some(file) = &fragment.deletion else {
+            return Ok(RoaringBitmap::new());
+        };
         let path = self.path(&file.path);
         let bytes = self
             .store
@@ -299,7 +343,13 @@ impl TableDir {
             .bytes()
             .await
             .map_err(|e| FormatError::store(&path, e))?;
-        deletion::decode(&bytes, path.as_ref(), fragment.id, fragment.physical_rows, file.deleted_rows)
+        deletion::decode(
+            &bytes,
+            path.as_ref(),
+            fragment.id,
+            fragment.physical_rows,
+            file.deleted_rows,
+        )
     }
 
     /// Writes a new deletion file for a fragment. The manifest that references it is the commit.
@@ -316,7 +366,11 @@ impl TableDir {
             .put(&path, PutPayload::from(bytes))
             .await
             .map_err(|e| FormatError::store(&path, e))?;
-        Ok(DeletionFile { path: relative, deleted_rows: deleted.len(), read_version })
+        Ok(DeletionFile {
+            path: relative,
+            deleted_rows: deleted.len(),
+            read_version,
+        })
     }
 }
 
@@ -331,7 +385,11 @@ pub struct Snapshot {
 impl Snapshot {
     pub fn new(dir: Arc<TableDir>, manifest: Arc<Manifest>) -> Result<Self> {
         let schema = manifest.arrow_schema()?;
-        Ok(Self { dir, manifest, schema })
+        Ok(Self {
+            dir,
+            manifest,
+            schema,
+        })
     }
 
     pub fn version(&self) -> u64 {

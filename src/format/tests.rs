@@ -18,15 +18,21 @@ fn schema() -> SchemaRef {
 async fn new_table(stable: bool) -> (tempfile::TempDir, Database, Snapshot) {
     let tmp = tempfile::tempdir().unwrap();
     let db = Database::open(tmp.path().to_str().unwrap()).await.unwrap();
-    let props = TableProperties { stable_row_ids: stable, max_rows_per_fragment: 100 };
+    let props = TableProperties {
+        stable_row_ids: stable,
+        max_rows_per_fragment: 100,
+    };
     let snap = db.create_table("t", &schema(), props).await.unwrap();
     (tmp, db, snap)
 }
 
 async fn write(snap: &Snapshot, ids: std::ops::Range<i64>) -> Vec<WrittenFragment> {
-    let batch = RecordBatch::try_new(schema(), vec![Arc::new(Int64Array::from_iter_values(ids))]).unwrap();
+    let batch =
+        RecordBatch::try_new(schema(), vec![Arc::new(Int64Array::from_iter_values(ids))]).unwrap();
     let stream = futures::stream::iter(vec![Ok(batch)]);
-    write_fragments(&snap.dir, &snap.schema, stream, 100).await.unwrap()
+    write_fragments(&snap.dir, &snap.schema, stream, 100)
+        .await
+        .unwrap()
 }
 
 async fn append(snap: &Snapshot, ids: std::ops::Range<i64>) -> Result<Snapshot> {
@@ -34,7 +40,10 @@ async fn append(snap: &Snapshot, ids: std::ops::Range<i64>) -> Result<Snapshot> 
     txn.appends = write(snap, ids)
         .await
         .into_iter()
-        .map(|w| NewFragment { written: w, row_ids: NewRowIds::Fresh })
+        .map(|w| NewFragment {
+            written: w,
+            row_ids: NewRowIds::Fresh,
+        })
         .collect();
     commit(&snap.dir, &snap.manifest, &txn).await
 }
@@ -81,8 +90,12 @@ async fn racing_appenders_lose_no_rows() {
     expected.sort();
     assert_eq!(ids, expected);
     // Row ids were allocated without overlap.
-    let mut row_ids: Vec<u64> =
-        latest.manifest.fragments.iter().flat_map(|f| f.row_ids.as_ref().unwrap().iter()).collect();
+    let mut row_ids: Vec<u64> = latest
+        .manifest
+        .fragments
+        .iter()
+        .flat_map(|f| f.row_ids.as_ref().unwrap().iter())
+        .collect();
     row_ids.sort();
     assert_eq!(row_ids, (0..1200).collect::<Vec<u64>>());
 }
@@ -93,17 +106,25 @@ async fn deletes_of_disjoint_rows_merge_and_overlapping_ones_conflict() {
     let v2 = append(&snap, 0..10).await.unwrap();
     let delete = |rows: &[u32]| {
         let mut txn = Transaction::new(Operation::Delete, v2.version());
-        txn.deletions.insert(0, rows.iter().copied().collect::<RoaringBitmap>());
+        txn.deletions
+            .insert(0, rows.iter().copied().collect::<RoaringBitmap>());
         txn
     };
-    commit(&v2.dir, &v2.manifest, &delete(&[1, 2])).await.unwrap();
+    commit(&v2.dir, &v2.manifest, &delete(&[1, 2]))
+        .await
+        .unwrap();
     // Read at v2 too, deletes other rows: rebased, both deletions survive.
     let v4 = commit(&v2.dir, &v2.manifest, &delete(&[5])).await.unwrap();
     assert_eq!(read_ids(&v4).await, vec![0, 3, 4, 6, 7, 8, 9]);
     // Read at v2, deletes a row a winner already deleted: the statement must re-read.
-    let err = commit(&v2.dir, &v2.manifest, &delete(&[2, 7])).await.unwrap_err();
+    let err = commit(&v2.dir, &v2.manifest, &delete(&[2, 7]))
+        .await
+        .unwrap_err();
     assert!(err.is_retryable(), "{err}");
-    assert_eq!(read_ids(&v4.dir.latest().await.unwrap()).await, vec![0, 3, 4, 6, 7, 8, 9]);
+    assert_eq!(
+        read_ids(&v4.dir.latest().await.unwrap()).await,
+        vec![0, 3, 4, 6, 7, 8, 9]
+    );
 }
 
 #[tokio::test]
@@ -123,7 +144,10 @@ async fn files_without_a_manifest_are_invisible_orphans() {
 
 async fn put_manifest_bytes(db: &Database, version: u64, bytes: Vec<u8>) {
     let path = object_store::path::Path::from(format!("t/_versions/{version:020}.manifest"));
-    db.store().put(&path, PutPayload::from(bytes)).await.unwrap();
+    db.store()
+        .put(&path, PutPayload::from(bytes))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -131,7 +155,10 @@ async fn corrupt_and_foreign_manifests_are_clear_errors() {
     let (_tmp, db, snap) = new_table(false).await;
     put_manifest_bytes(&db, 2, b"\x00\x01garbage".to_vec()).await;
     let err = snap.dir.latest().await.unwrap_err().to_string();
-    assert!(err.contains("corrupt") && err.contains("not a JSON manifest"), "{err}");
+    assert!(
+        err.contains("corrupt") && err.contains("not a JSON manifest"),
+        "{err}"
+    );
     put_manifest_bytes(&db, 2, br#"{"magic": "lance", "version": 2}"#.to_vec()).await;
     let err = snap.dir.latest().await.unwrap_err().to_string();
     assert!(err.contains("not a fragvec manifest"), "{err}");
@@ -174,19 +201,30 @@ async fn deletion_file_for_another_fragment_is_corrupt() {
     // Point fragment 1 at fragment 0's deletion file.
     let mut m = (*v3.manifest).clone();
     m.fragments[1].deletion = m.fragments[0].deletion.clone();
-    let err = v3.dir.read_deletions(&m.fragments[1]).await.unwrap_err().to_string();
+    let err = v3
+        .dir
+        .read_deletions(&m.fragments[1])
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("is for fragment 0"), "{err}");
 }
 
 #[tokio::test]
 async fn memory_databases_are_shared_by_name() {
     let a = Database::open("memory://shared-test").await.unwrap();
-    a.create_table("m", &schema(), TableProperties::default()).await.unwrap();
+    a.create_table("m", &schema(), TableProperties::default())
+        .await
+        .unwrap();
     let b = Database::open("memory://shared-test").await.unwrap();
     assert_eq!(b.list_tables().await.unwrap(), vec!["m".to_string()]);
     let c = Database::open("memory://other-test").await.unwrap();
     assert!(c.list_tables().await.unwrap().is_empty());
-    assert!(matches!(b.create_table("m", &schema(), TableProperties::default()).await, Err(FormatError::AlreadyExists(_))));
+    assert!(matches!(
+        b.create_table("m", &schema(), TableProperties::default())
+            .await,
+        Err(FormatError::AlreadyExists(_))
+    ));
     b.drop_table("m").await.unwrap();
     assert!(a.list_tables().await.unwrap().is_empty());
 }

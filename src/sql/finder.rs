@@ -11,12 +11,12 @@ use std::collections::BTreeSet;
 
 use datafusion::common::{DataFusionError, Result};
 use datafusion::sql::sqlparser::ast::{
-    Assignment, AssignmentTarget, Delete, Expr, FromTable, Merge, MergeAction,
-    MergeClauseKind, MergeInsertKind, ObjectName, ObjectNamePart, TableFactor, TableWithJoins, Update,
+    Assignment, AssignmentTarget, Delete, Expr, FromTable, Merge, MergeAction, MergeClauseKind,
+    MergeInsertKind, ObjectName, ObjectNamePart, TableFactor, TableWithJoins, Update,
 };
 
 use super::pin::normalize_ident;
-use crate::engine::dml::{Action, ACTION, ADDR, ROWID};
+use crate::engine::dml::{ACTION, ADDR, Action, ROWID};
 use crate::engine::scan::{ROW_ADDR, ROW_ID};
 
 /// The target of a DML statement.
@@ -61,9 +61,16 @@ fn table_name(name: &ObjectName) -> Result<String> {
 
 fn target_of_factor(tf: &TableFactor, what: &str) -> Result<DmlTarget> {
     match tf {
-        TableFactor::Table { name, alias, args: None, .. } => {
+        TableFactor::Table {
+            name,
+            alias,
+            args: None,
+            ..
+        } => {
             let table = table_name(name)?;
-            let alias = alias.as_ref().map_or_else(|| quote(&table), |a| a.name.to_string());
+            let alias = alias
+                .as_ref()
+                .map_or_else(|| quote(&table), |a| a.name.to_string());
             Ok(DmlTarget { table, alias })
         }
         _ => plan_err(format!("the target of {what} must be a table")),
@@ -73,7 +80,9 @@ fn target_of_factor(tf: &TableFactor, what: &str) -> Result<DmlTarget> {
 fn single_table(tables: &[TableWithJoins], what: &str) -> Result<DmlTarget> {
     match tables {
         [t] if t.joins.is_empty() => target_of_factor(&t.relation, what),
-        _ => plan_err(format!("{what} takes exactly one target table, without joins")),
+        _ => plan_err(format!(
+            "{what} takes exactly one target table, without joins"
+        )),
     }
 }
 
@@ -117,11 +126,20 @@ fn bookkeeping(alias: &str) -> String {
 }
 
 pub fn delete_finder(d: &Delete, target: &DmlTarget, relation: &str) -> Result<Finder> {
-    let mut sql = format!("SELECT {} FROM {} AS {}", bookkeeping(&target.alias), quote(relation), target.alias);
+    let mut sql = format!(
+        "SELECT {} FROM {} AS {}",
+        bookkeeping(&target.alias),
+        quote(relation),
+        target.alias
+    );
     if let Some(sel) = &d.selection {
         sql.push_str(&format!(" WHERE {sel}"));
     }
-    Ok(Finder { sql, default_action: Action::Delete, assigned_columns: vec![] })
+    Ok(Finder {
+        sql,
+        default_action: Action::Delete,
+        assigned_columns: vec![],
+    })
 }
 
 /// Resolves `SET` assignments to (column, value), checking names.
@@ -201,7 +219,9 @@ pub fn merge_finder(
             Some(al) => al.name.to_string(),
             None => quote(&table_name(name)?),
         },
-        TableFactor::Derived { alias: Some(al), .. } => al.name.to_string(),
+        TableFactor::Derived {
+            alias: Some(al), ..
+        } => al.name.to_string(),
         TableFactor::Derived { alias: None, .. } => {
             return plan_err("a MERGE source subquery needs an alias");
         }
@@ -293,7 +313,9 @@ pub fn merge_finder(
                 }
                 for n in &names {
                     if !columns.iter().any(|c| c.name == *n) {
-                        return plan_err(format!("column '{n}' does not exist in the target table"));
+                        return plan_err(format!(
+                            "column '{n}' does not exist in the target table"
+                        ));
                     }
                 }
                 actions.push(format!("WHEN {cond} THEN '{}'", Action::Insert.code()));
@@ -333,8 +355,15 @@ pub fn merge_finder(
         quote(relation),
         m.on
     );
-    let sql = format!("SELECT * FROM ({inner}) AS \"__fv_m\" WHERE {} IS NOT NULL", quote(ACTION));
-    Ok(Finder { sql, default_action: Action::Update, assigned_columns })
+    let sql = format!(
+        "SELECT * FROM ({inner}) AS \"__fv_m\" WHERE {} IS NOT NULL",
+        quote(ACTION)
+    );
+    Ok(Finder {
+        sql,
+        default_action: Action::Update,
+        assigned_columns,
+    })
 }
 
 #[cfg(test)]
@@ -345,21 +374,37 @@ mod tests {
     use datafusion::sql::sqlparser::parser::Parser;
 
     fn parse(sql: &str) -> Statement {
-        Parser::parse_sql(&GenericDialect {}, sql).unwrap().remove(0)
+        Parser::parse_sql(&GenericDialect {}, sql)
+            .unwrap()
+            .remove(0)
     }
 
     fn cols() -> Vec<TargetColumn> {
         vec![
-            TargetColumn { name: "id".into(), vector_dim: None },
-            TargetColumn { name: "emb".into(), vector_dim: Some(2) },
+            TargetColumn {
+                name: "id".into(),
+                vector_dim: None,
+            },
+            TargetColumn {
+                name: "emb".into(),
+                vector_dim: Some(2),
+            },
         ]
     }
 
     #[test]
     fn delete_keeps_the_whole_predicate() {
-        let Statement::Delete(d) = parse("DELETE FROM t WHERE id IN (SELECT x FROM u)") else { panic!() };
+        let Statement::Delete(d) = parse("DELETE FROM t WHERE id IN (SELECT x FROM u)") else {
+            panic!()
+        };
         let target = delete_target(&d).unwrap();
-        assert_eq!(target, DmlTarget { table: "t".into(), alias: "\"t\"".into() });
+        assert_eq!(
+            target,
+            DmlTarget {
+                table: "t".into(),
+                alias: "\"t\"".into()
+            }
+        );
         let f = delete_finder(&d, &target, "t@v3#vc").unwrap();
         assert_eq!(
             f.sql,
@@ -370,21 +415,41 @@ mod tests {
 
     #[test]
     fn update_projects_every_column() {
-        let Statement::Update(u) = parse("UPDATE t SET emb = [1, 2] WHERE id = 1") else { panic!() };
+        let Statement::Update(u) = parse("UPDATE t SET emb = [1, 2] WHERE id = 1") else {
+            panic!()
+        };
         let target = update_target(&u).unwrap();
         let f = update_finder(&u, &target, "t@v1#vc", &cols()).unwrap();
         assert!(f.sql.contains("\"t\".\"id\" AS \"id\""), "{}", f.sql);
-        assert!(f.sql.contains("CAST([1, 2] AS FLOAT[2]) AS \"emb\""), "{}", f.sql);
+        assert!(
+            f.sql.contains("CAST([1, 2] AS FLOAT[2]) AS \"emb\""),
+            "{}",
+            f.sql
+        );
         assert_eq!(f.assigned_columns, vec!["emb".to_string()]);
     }
 
     #[test]
     fn update_rejects_unknown_and_virtual_columns() {
-        let Statement::Update(u) = parse("UPDATE t SET nope = 1") else { panic!() };
+        let Statement::Update(u) = parse("UPDATE t SET nope = 1") else {
+            panic!()
+        };
         let t = update_target(&u).unwrap();
-        assert!(update_finder(&u, &t, "x", &cols()).unwrap_err().to_string().contains("nope"));
-        let Statement::Update(u) = parse("UPDATE t SET _rowid = 1") else { panic!() };
-        assert!(update_finder(&u, &t, "x", &cols()).unwrap_err().to_string().contains("virtual"));
+        assert!(
+            update_finder(&u, &t, "x", &cols())
+                .unwrap_err()
+                .to_string()
+                .contains("nope")
+        );
+        let Statement::Update(u) = parse("UPDATE t SET _rowid = 1") else {
+            panic!()
+        };
+        assert!(
+            update_finder(&u, &t, "x", &cols())
+                .unwrap_err()
+                .to_string()
+                .contains("virtual")
+        );
     }
 
     #[test]
@@ -397,7 +462,12 @@ mod tests {
         };
         let target = merge_target(&m).unwrap();
         let f = merge_finder(&m, &target, "t@v1#vc", &cols()).unwrap();
-        assert!(f.sql.contains("RIGHT JOIN (SELECT *, TRUE AS \"__fv_src\" FROM s) AS \"s\""), "{}", f.sql);
+        assert!(
+            f.sql
+                .contains("RIGHT JOIN (SELECT *, TRUE AS \"__fv_src\" FROM s) AS \"s\""),
+            "{}",
+            f.sql
+        );
         assert_eq!(f.assigned_columns, vec!["emb".to_string()]);
     }
 }

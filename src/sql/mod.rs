@@ -8,4 +8,4 @@ pub mod finder;
 pub mod parser;
 pub mod pin;
 
-pub use parser::{parse_statements, FragvecStatement};
+pub use parser::{FragvecStatement, parse_statements};

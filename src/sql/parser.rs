@@ -29,7 +29,9 @@ pub fn parse_statements(sql: &str) -> Result<Vec<FragvecStatement>> {
         .tokenize_with_location()
         .map_err(|e| DataFusionError::SQL(Box::new(e.into()), None))?;
     let tokens = rewrite_version_as_of(tokens)?;
-    let mut parser = DFParserBuilder::new(tokens).with_dialect(&dialect).build()?;
+    let mut parser = DFParserBuilder::new(tokens)
+        .with_dialect(&dialect)
+        .build()?;
     let mut out = Vec::new();
     loop {
         while parser.parser.consume_token(&Token::SemiColon) {}
@@ -75,7 +77,9 @@ fn rewrite_version_as_of(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan
             continue;
         }
         let Some(Token::Word(table)) = at(0) else {
-            return Err(DataFusionError::Plan("VERSION AS OF must follow a table name".into()));
+            return Err(DataFusionError::Plan(
+                "VERSION AS OF must follow a table name".into(),
+            ));
         };
         let version: u64 = match at(4) {
             Some(Token::Number(n, _)) => n.parse().map_err(|_| {
@@ -84,12 +88,22 @@ fn rewrite_version_as_of(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan
             other => {
                 return Err(DataFusionError::Plan(format!(
                     "VERSION AS OF needs a version number, found {}",
-                    other.map(|t| t.to_string()).unwrap_or_else(|| "end of input".into())
+                    other
+                        .map(|t| t.to_string())
+                        .unwrap_or_else(|| "end of input".into())
                 )));
             }
         };
-        let name = if table.quote_style.is_some() { table.value.clone() } else { table.value.to_lowercase() };
-        let encoded = RelationName { table: name.clone(), version: Some(version), virtual_columns: false };
+        let name = if table.quote_style.is_some() {
+            table.value.clone()
+        } else {
+            table.value.to_lowercase()
+        };
+        let encoded = RelationName {
+            table: name.clone(),
+            version: Some(version),
+            virtual_columns: false,
+        };
         out[solid[w]].token = Token::Word(Word {
             value: encoded.encode(),
             quote_style: Some('"'),
@@ -108,7 +122,11 @@ fn rewrite_version_as_of(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan
         if !has_alias {
             let span = tokens[solid[w]].span;
             let word = |value: &str, keyword| TokenWithSpan {
-                token: Token::Word(Word { value: value.into(), quote_style: Some('"'), keyword }),
+                token: Token::Word(Word {
+                    value: value.into(),
+                    quote_style: Some('"'),
+                    keyword,
+                }),
                 span,
             };
             let space = TokenWithSpan {
@@ -119,7 +137,10 @@ fn rewrite_version_as_of(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan
             if let Token::Word(w) = &mut as_kw.token {
                 w.quote_style = None;
             }
-            inserts.push((solid[w + 4], vec![space.clone(), as_kw, space, word(&name, Keyword::NoKeyword)]));
+            inserts.push((
+                solid[w + 4],
+                vec![space.clone(), as_kw, space, word(&name, Keyword::NoKeyword)],
+            ));
         }
     }
     let mut result = Vec::with_capacity(out.len());
@@ -148,7 +169,10 @@ mod tests {
 
     #[test]
     fn version_as_of_becomes_a_pinned_relation() {
-        assert_eq!(one("SELECT * FROM t VERSION AS OF 3"), "SELECT * FROM \"t@v3\" AS \"t\"");
+        assert_eq!(
+            one("SELECT * FROM t VERSION AS OF 3"),
+            "SELECT * FROM \"t@v3\" AS \"t\""
+        );
         assert_eq!(
             one("select a.x from T version as of 12 as a where a.x > 1"),
             "SELECT a.x FROM \"t@v12\" AS a WHERE a.x > 1"

@@ -17,7 +17,11 @@ use crate::engine::catalog::RelationName;
 
 /// Normalizes an identifier as DataFusion does: unquoted names are lower-cased.
 pub fn normalize_ident(ident: &Ident) -> String {
-    if ident.quote_style.is_some() { ident.value.clone() } else { ident.value.to_lowercase() }
+    if ident.quote_style.is_some() {
+        ident.value.clone()
+    } else {
+        ident.value.to_lowercase()
+    }
 }
 
 /// The table a plain relation name refers to, if it names one in the default schema.
@@ -56,7 +60,9 @@ pub fn referenced_tables<V: Visit>(statement: &V) -> BTreeSet<String> {
             ControlFlow::Continue(())
         }
         fn pre_visit_table_factor(&mut self, tf: &TableFactor) -> ControlFlow<()> {
-            if let TableFactor::Table { name, args: None, .. } = tf
+            if let TableFactor::Table {
+                name, args: None, ..
+            } = tf
                 && let Some(rel) = relation_of(name)
             {
                 self.tables.insert(rel.table);
@@ -64,7 +70,10 @@ pub fn referenced_tables<V: Visit>(statement: &V) -> BTreeSet<String> {
             ControlFlow::Continue(())
         }
     }
-    let mut c = Collect { tables: BTreeSet::new(), ctes: BTreeSet::new() };
+    let mut c = Collect {
+        tables: BTreeSet::new(),
+        ctes: BTreeSet::new(),
+    };
     let _ = statement.visit(&mut c);
     c.tables.retain(|t| !c.ctes.contains(t));
     c.tables
@@ -72,7 +81,11 @@ pub fn referenced_tables<V: Visit>(statement: &V) -> BTreeSet<String> {
 
 /// Renames relations of the tables in `latest` (table → version to read when the statement
 /// does not name one) to their pinned, encoded form.
-pub fn pin_relations<V: VisitMut>(statement: &mut V, latest: &HashMap<String, u64>, virtual_columns: bool) {
+pub fn pin_relations<V: VisitMut>(
+    statement: &mut V,
+    latest: &HashMap<String, u64>,
+    virtual_columns: bool,
+) {
     struct Pin<'a> {
         latest: &'a HashMap<String, u64>,
         virtual_columns: bool,
@@ -80,13 +93,21 @@ pub fn pin_relations<V: VisitMut>(statement: &mut V, latest: &HashMap<String, u6
     impl VisitorMut for Pin<'_> {
         type Break = ();
         fn pre_visit_table_factor(&mut self, tf: &mut TableFactor) -> ControlFlow<()> {
-            if let TableFactor::Table { name, alias, args: None, .. } = tf
+            if let TableFactor::Table {
+                name,
+                alias,
+                args: None,
+                ..
+            } = tf
                 && let Some(mut rel) = relation_of(name)
                 && let Some(&version) = self.latest.get(&rel.table)
             {
                 rel.version = Some(rel.version.unwrap_or(version));
                 rel.virtual_columns |= self.virtual_columns;
-                *name = ObjectName(vec![ObjectNamePart::Identifier(Ident::with_quote('"', rel.encode()))]);
+                *name = ObjectName(vec![ObjectNamePart::Identifier(Ident::with_quote(
+                    '"',
+                    rel.encode(),
+                ))]);
                 if alias.is_none() {
                     *alias = Some(TableAlias {
                         explicit: true,
@@ -99,7 +120,10 @@ pub fn pin_relations<V: VisitMut>(statement: &mut V, latest: &HashMap<String, u6
             ControlFlow::Continue(())
         }
     }
-    let _ = statement.visit(&mut Pin { latest, virtual_columns });
+    let _ = statement.visit(&mut Pin {
+        latest,
+        virtual_columns,
+    });
 }
 
 /// Whether a statement's text refers to a virtual column.
@@ -116,10 +140,16 @@ mod tests {
 
     #[test]
     fn pins_tables_but_not_ctes() {
-        let sql = "WITH c AS (SELECT * FROM t) SELECT * FROM c JOIN u ON c.x = u.x JOIN ext ON true";
-        let mut stmt = Parser::parse_sql(&GenericDialect {}, sql).unwrap().remove(0);
+        let sql =
+            "WITH c AS (SELECT * FROM t) SELECT * FROM c JOIN u ON c.x = u.x JOIN ext ON true";
+        let mut stmt = Parser::parse_sql(&GenericDialect {}, sql)
+            .unwrap()
+            .remove(0);
         let tables = referenced_tables(&stmt);
-        assert_eq!(tables, BTreeSet::from(["ext".to_string(), "t".to_string(), "u".to_string()]));
+        assert_eq!(
+            tables,
+            BTreeSet::from(["ext".to_string(), "t".to_string(), "u".to_string()])
+        );
         let latest = HashMap::from([("t".to_string(), 3), ("u".to_string(), 5)]);
         pin_relations(&mut stmt, &latest, false);
         let text = stmt.to_string();
@@ -130,8 +160,9 @@ mod tests {
 
     #[test]
     fn explicit_versions_win_and_virtual_columns_are_added() {
-        let mut stmt =
-            Parser::parse_sql(&GenericDialect {}, "SELECT _rowid FROM \"t@v2\" AS t").unwrap().remove(0);
+        let mut stmt = Parser::parse_sql(&GenericDialect {}, "SELECT _rowid FROM \"t@v2\" AS t")
+            .unwrap()
+            .remove(0);
         pin_relations(&mut stmt, &HashMap::from([("t".to_string(), 9)]), true);
         assert!(stmt.to_string().contains("\"t@v2#vc\" AS t"), "{stmt}");
     }
