@@ -7,12 +7,14 @@
 //!   statement front end, table functions, options). The only module that implements
 //!   DataFusion traits.
 //! * [`sql`]: parsing and statement rewriting (no session needed).
+//! * [`index`]: vector indexes (kernels, k-means, IVF models, segments, search).
 //! * [`format`]: the table format (manifests, fragments, deletion vectors, row ids,
 //!   optimistic commits). Speaks Arrow and `object_store` only.
 
 pub mod cli;
 pub mod engine;
 pub mod format;
+pub mod index;
 pub mod sql;
 
 pub use engine::{FragvecSession, register};

@@ -12,9 +12,11 @@ use async_trait::async_trait;
 use datafusion::catalog::{SchemaProvider, TableProvider};
 use datafusion::common::{DataFusionError, Result};
 
+use super::options::FragvecOptions;
 use super::provider::FragvecTable;
 use super::scan::VirtualColumns;
 use crate::format::{Database, FormatError};
+use crate::index::segment::PartitionCache;
 
 /// A relation name as the front end passes it to the catalog: `table[@v<version>][#vc]`.
 /// `#vc` adds the virtual columns `_rowaddr` and `_rowid` to the table's schema.
@@ -64,6 +66,8 @@ pub struct FragvecSchema {
     known: RwLock<Vec<String>>,
     /// Tables registered by the session itself, not stored in the database.
     session_tables: RwLock<HashMap<String, Arc<dyn TableProvider>>>,
+    /// Index models, footers and partitions, shared by every query of the session.
+    index_cache: Arc<PartitionCache>,
 }
 
 impl FragvecSchema {
@@ -72,9 +76,16 @@ impl FragvecSchema {
             db,
             known: RwLock::new(vec![]),
             session_tables: RwLock::default(),
+            index_cache: Arc::new(PartitionCache::new(
+                FragvecOptions::default().index_cache_bytes,
+            )),
         };
         schema.refresh().await?;
         Ok(schema)
+    }
+
+    pub fn index_cache(&self) -> &Arc<PartitionCache> {
+        &self.index_cache
     }
 
     pub fn database(&self) -> &Database {
@@ -107,7 +118,11 @@ impl FragvecSchema {
         } else {
             VirtualColumns::default()
         };
-        Ok(Arc::new(FragvecTable::new(snapshot, vc)))
+        Ok(Arc::new(FragvecTable::new(
+            snapshot,
+            vc,
+            self.index_cache.clone(),
+        )))
     }
 }
 

@@ -10,11 +10,15 @@
 pub mod catalog;
 pub mod dml;
 pub mod functions;
+pub mod index_ops;
+pub mod knn;
+pub mod knn_rule;
 pub mod options;
 pub mod provider;
 pub mod scan;
 pub mod session;
 pub mod types;
+pub mod udf;
 pub mod write;
 
 pub use session::{FragvecSession, StatementResult, register};

@@ -50,6 +50,14 @@ extensions_options! {
         /// How many times a statement that lost a commit race to a conflicting writer
         /// re-reads the table and runs again.
         pub commit_retries: usize, default = 5
+        /// IVF partitions a KNN query probes per segment (more: better recall, slower).
+        pub nprobes: usize, default = 16
+        /// IVF_PQ: candidates re-ranked with exact distances, as a multiple of k.
+        pub refine_factor: usize, default = 4
+        /// Bypass vector indexes: KNN queries score every row exactly.
+        pub exact: bool, default = false
+        /// Bytes of index partitions a session keeps in memory.
+        pub index_cache_bytes: usize, default = 256 * 1024 * 1024
     }
 }
 

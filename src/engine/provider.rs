@@ -15,6 +15,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use super::scan::{FragmentScanExec, ROW_ADDR, ROW_ID, ScanSpec, VirtualColumns};
 use super::write::InsertExec;
 use crate::format::Snapshot;
+use crate::index::segment::PartitionCache;
 
 #[derive(Debug)]
 pub struct FragvecTable {
@@ -22,10 +23,15 @@ pub struct FragvecTable {
     virtual_columns: VirtualColumns,
     /// Table columns followed by the virtual columns this provider exposes.
     schema: SchemaRef,
+    index_cache: Arc<PartitionCache>,
 }
 
 impl FragvecTable {
-    pub fn new(snapshot: Snapshot, virtual_columns: VirtualColumns) -> Self {
+    pub fn new(
+        snapshot: Snapshot,
+        virtual_columns: VirtualColumns,
+        index_cache: Arc<PartitionCache>,
+    ) -> Self {
         let mut fields: Vec<Field> = snapshot
             .schema
             .fields()
@@ -43,6 +49,7 @@ impl FragvecTable {
             snapshot,
             virtual_columns,
             schema,
+            index_cache,
         }
     }
 
@@ -163,7 +170,9 @@ impl TableProvider for FragvecTable {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let spec = self.scan_spec(state, projection, filters, limit)?;
-        Ok(Arc::new(FragmentScanExec::new(spec)?))
+        Ok(Arc::new(
+            FragmentScanExec::new(spec)?.with_index_cache(self.index_cache.clone()),
+        ))
     }
 
     async fn insert_into(

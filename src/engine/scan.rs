@@ -32,6 +32,7 @@ use roaring::RoaringBitmap;
 use tokio::sync::mpsc::Sender;
 
 use crate::format::{Fragment, Snapshot, read_fragment, row_address};
+use crate::index::segment::PartitionCache;
 
 /// Which virtual columns a scan produces.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -62,6 +63,8 @@ pub struct ScanSpec {
 #[derive(Debug)]
 pub struct FragmentScanExec {
     spec: ScanSpec,
+    /// The session's index cache, for the KNN rule to hand to the search it substitutes.
+    index_cache: Option<Arc<PartitionCache>>,
     schema: SchemaRef,
     metrics: ExecutionPlanMetricsSet,
     cache: Arc<PlanProperties>,
@@ -78,6 +81,7 @@ impl FragmentScanExec {
         ));
         Ok(Self {
             spec,
+            index_cache: None,
             schema,
             metrics: ExecutionPlanMetricsSet::new(),
             cache,
@@ -86,6 +90,15 @@ impl FragmentScanExec {
 
     pub fn spec(&self) -> &ScanSpec {
         &self.spec
+    }
+
+    pub fn with_index_cache(mut self, cache: Arc<PartitionCache>) -> Self {
+        self.index_cache = Some(cache);
+        self
+    }
+
+    pub fn index_cache(&self) -> Option<&Arc<PartitionCache>> {
+        self.index_cache.as_ref()
     }
 }
 

@@ -15,7 +15,7 @@ use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::catalog::SchemaProvider;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::dataframe::DataFrame;
-use datafusion::execution::SessionState;
+use datafusion::execution::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
@@ -29,8 +29,11 @@ use datafusion::sql::sqlparser::parser::Parser;
 use super::catalog::{FragvecSchema, RelationName};
 use super::dml::RowChanges;
 use super::functions;
+use super::index_ops;
+use super::knn_rule::KnnRule;
 use super::options::FragvecOptions;
 use super::types;
+use super::udf;
 use super::write::{count_schema, write_streams};
 use crate::format::{
     self, Database, FormatError, NewFragment, NewRowIds, Operation, TableProperties,
@@ -128,6 +131,22 @@ impl FragvecSession {
         }
         catalog.register_schema(&schema_name, schema.clone())?;
         functions::register(&ctx, &db);
+        udf::register(&ctx);
+        {
+            // The KNN rule runs after DataFusion's own physical optimizations.
+            let state = ctx.state_ref();
+            let mut state = state.write();
+            if !state
+                .physical_optimizers()
+                .iter()
+                .any(|r| r.name() == "fragvec_knn")
+            {
+                let rebuilt = SessionStateBuilder::new_from_existing(state.clone())
+                    .with_physical_optimizer_rule(Arc::new(KnnRule))
+                    .build();
+                *state = rebuilt;
+            }
+        }
         Ok(Self { ctx, schema })
     }
 
@@ -174,9 +193,37 @@ impl FragvecSession {
     }
 
     pub async fn execute(&self, statement: FragvecStatement) -> Result<StatementResult> {
-        match statement {
-            FragvecStatement::DataFusion(s) => self.execute_datafusion(*s).await,
-        }
+        let cache = self.schema.index_cache();
+        let rows = match statement {
+            FragvecStatement::DataFusion(s) => return self.execute_datafusion(*s).await,
+            FragvecStatement::CreateVectorIndex {
+                name,
+                table,
+                column,
+                kind,
+                options,
+            } => {
+                let snapshot = index_ops::latest(self.database(), &table).await?;
+                index_ops::create(snapshot, &name, &column, &kind, &options).await?
+            }
+            FragvecStatement::DropIndex {
+                name,
+                table,
+                if_exists,
+            } => {
+                let snapshot = index_ops::latest(self.database(), &table).await?;
+                index_ops::drop(snapshot, &name, if_exists).await?
+            }
+            FragvecStatement::OptimizeIndex {
+                name,
+                table,
+                action,
+            } => {
+                let snapshot = index_ops::latest(self.database(), &table).await?;
+                index_ops::optimize(snapshot, &name, action, cache).await?
+            }
+        };
+        StatementResult::count(rows)
     }
 
     async fn execute_datafusion(&self, statement: DFStatement) -> Result<StatementResult> {
@@ -272,9 +319,7 @@ impl FragvecSession {
     }
 
     async fn run_query(&self, sql: &str) -> Result<StatementResult> {
-        let statement = parse_statements(sql)?.remove(0);
-        let FragvecStatement::DataFusion(statement) = statement;
-        let statement = self.pin(*statement).await?;
+        let statement = self.pin(parse_query(sql)?).await?;
         let plan = self.ctx.state().statement_to_plan(statement).await?;
         self.execute_plan(None, plan).await
     }
@@ -526,8 +571,7 @@ impl FragvecSession {
     }
 
     async fn finder_frame(&self, sql: &str) -> Result<DataFrame> {
-        let FragvecStatement::DataFusion(statement) = parse_statements(sql)?.remove(0);
-        let statement = self.pin(*statement).await?;
+        let statement = self.pin(parse_query(sql)?).await?;
         let plan = self.ctx.state().statement_to_plan(statement).await?;
         self.ctx.execute_logical_plan(plan).await
     }
@@ -540,6 +584,14 @@ impl FragvecSession {
             .get::<FragvecOptions>()
             .cloned()
             .unwrap_or_default()
+    }
+}
+
+/// Parses SQL fragvec generated itself (a finder or an EXPLAIN), which DataFusion parses.
+fn parse_query(sql: &str) -> Result<DFStatement> {
+    match parse_statements(sql)?.pop() {
+        Some(FragvecStatement::DataFusion(s)) => Ok(*s),
+        _ => Err(DataFusionError::Internal(format!("not a query: {sql}"))),
     }
 }
 

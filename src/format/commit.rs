@@ -14,13 +14,14 @@
 //! A crash before the manifest put leaves only orphan files; the table still reads at its last
 //! version. [`apply`] is the pure part (no IO) and is unit-tested on its own.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use roaring::RoaringBitmap;
 
 use super::error::{FormatError, Result};
 use super::fragment_io::WrittenFragment;
+use super::index_meta::{IndexDef, IndexSegment};
 use super::manifest::{
     DataFile, DeletionFile, Fragment, MAX_FRAGMENT_ID, Manifest, Operation, TransactionRecord,
     now_ms,
@@ -46,6 +47,36 @@ pub struct NewFragment {
     pub row_ids: NewRowIds,
 }
 
+/// A segment written but not yet committed: it gets its id when the commit assigns one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewSegment {
+    pub file: String,
+    pub size_bytes: u64,
+    pub rows: u64,
+    pub fragment_bitmap: BTreeSet<u64>,
+}
+
+/// Changes to a table's vector indexes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum IndexChange {
+    /// A new index with its first segments.
+    Create {
+        def: IndexDef,
+        segments: Vec<NewSegment>,
+    },
+    Drop {
+        name: String,
+    },
+    /// Replaces some segments of an index by new ones (append: none removed; merge: the
+    /// inputs removed). With `def`, the index itself is replaced too (retrain).
+    ReplaceSegments {
+        index: String,
+        remove: Vec<u64>,
+        add: Vec<NewSegment>,
+        def: Option<IndexDef>,
+    },
+}
+
 /// The changes one statement makes, relative to the version it read.
 #[derive(Clone, Debug)]
 pub struct Transaction {
@@ -57,6 +88,10 @@ pub struct Transaction {
     pub deletions: BTreeMap<u64, RoaringBitmap>,
     /// In-place column rewrites: the new file replaces its columns in the fragment.
     pub column_rewrites: BTreeMap<u64, DataFile>,
+    pub index_change: Option<IndexChange>,
+    /// For index builds: the data files of every fragment the new segments cover, as read.
+    /// A fragment whose files differ at commit time is marked invalidated in the new segment.
+    pub read_fragment_files: BTreeMap<u64, Vec<DataFile>>,
 }
 
 impl Transaction {
@@ -67,11 +102,16 @@ impl Transaction {
             appends: vec![],
             deletions: BTreeMap::new(),
             column_rewrites: BTreeMap::new(),
+            index_change: None,
+            read_fragment_files: BTreeMap::new(),
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.appends.is_empty() && self.deletions.is_empty() && self.column_rewrites.is_empty()
+        self.appends.is_empty()
+            && self.deletions.is_empty()
+            && self.column_rewrites.is_empty()
+            && self.index_change.is_none()
     }
 }
 
@@ -117,6 +157,19 @@ pub fn apply(
             frag.deletion = Some(file.clone());
         }
         if let Some(file) = txn.column_rewrites.get(&frag.id) {
+            // Segments holding this fragment's old values of an indexed column become stale
+            // for it: record that, so their ownership excludes it from now on.
+            for index in next
+                .indexes
+                .iter()
+                .filter(|i| file.columns.contains(&i.column))
+            {
+                for seg in next.index_segments.iter_mut() {
+                    if seg.index == index.name && seg.fragment_bitmap.contains(&frag.id) {
+                        seg.invalidated_fragments.insert(frag.id);
+                    }
+                }
+            }
             for old in frag.files.iter_mut() {
                 old.columns.retain(|c| !file.columns.contains(c));
             }
@@ -159,12 +212,95 @@ pub fn apply(
             row_ids,
         });
     }
+    if let Some(change) = &txn.index_change {
+        apply_index_change(&mut next, latest, txn, change)?;
+    }
     next.validate().map_err(|reason| {
         FormatError::invalid(format!(
             "commit would produce an invalid manifest: {reason}"
         ))
     })?;
     Ok(next)
+}
+
+fn apply_index_change(
+    next: &mut Manifest,
+    latest: &Manifest,
+    txn: &Transaction,
+    change: &IndexChange,
+) -> Result<()> {
+    let add = |next: &mut Manifest, index: &str, new: &NewSegment| {
+        let id = next.next_segment_id;
+        next.next_segment_id += 1;
+        // Fragments of the new segment rewritten in place (or removed) since the version the
+        // segment was built from hold different rows now: the segment's rows of them are stale.
+        let read_files = |f: u64| txn_read_files(txn, latest, f);
+        let invalidated = new
+            .fragment_bitmap
+            .iter()
+            .copied()
+            .filter(|f| read_files(*f))
+            .collect();
+        next.index_segments.push(IndexSegment {
+            id,
+            index: index.to_string(),
+            file: new.file.clone(),
+            size_bytes: new.size_bytes,
+            rows: new.rows,
+            built_at_version: txn.read_version,
+            fragment_bitmap: new.fragment_bitmap.clone(),
+            invalidated_fragments: invalidated,
+        });
+    };
+    match change {
+        IndexChange::Create { def, segments } => {
+            next.indexes.push(def.clone());
+            for s in segments {
+                add(next, &def.name, s);
+            }
+        }
+        IndexChange::Drop { name } => {
+            if next.index(name).is_none() {
+                return Err(FormatError::invalid(format!(
+                    "index '{name}' does not exist"
+                )));
+            }
+            next.indexes.retain(|i| &i.name != name);
+            next.index_segments.retain(|s| &s.index != name);
+        }
+        IndexChange::ReplaceSegments {
+            index,
+            remove,
+            add: new,
+            def,
+        } => {
+            next.index_segments
+                .retain(|s| !(&s.index == index && remove.contains(&s.id)));
+            if let Some(def) = def {
+                next.index_segments.retain(|s| &s.index != index);
+                for i in next.indexes.iter_mut().filter(|i| &i.name == index) {
+                    *i = def.clone();
+                }
+            }
+            for s in new {
+                add(next, index, s);
+            }
+        }
+    }
+    next.sync_index_feature();
+    Ok(())
+}
+
+/// Whether a new segment must treat fragment `f` of its bitmap as invalidated: its rows
+/// were not read by the builder (a merge keeps a dropped input's fragments as provenance),
+/// or the fragment was rewritten in place between the version the builder read and `latest`.
+/// Fragments that left the table are not invalidated: the fragment list masks them anyway.
+fn txn_read_files(txn: &Transaction, latest: &Manifest, f: u64) -> bool {
+    match (txn.read_fragment_files.get(&f), latest.fragment(f)) {
+        (Some(read), Some(now)) => read != &now.files,
+        (_, None) => false,      // removed: masked by the fragment list anyway
+        (None, Some(_)) => true, // kept only as provenance
+    }
 }
 
 /// Commits `txn` (read at `read`), rebasing over concurrent commits. Returns the new snapshot.

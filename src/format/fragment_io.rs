@@ -11,6 +11,7 @@ use datafusion::arrow::datatypes::{Schema, SchemaRef};
 // `ParquetObjectReader` is deprecated in parquet 59 in favour of hand-written readers; it is
 // still what DataFusion 55 itself builds on, and it does exactly the range reads we want.
 use datafusion::parquet::arrow::ProjectionMask;
+use datafusion::parquet::arrow::arrow_reader::RowSelection;
 #[allow(deprecated)]
 use datafusion::parquet::arrow::async_reader::ParquetObjectReader;
 use datafusion::parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
@@ -173,6 +174,16 @@ pub fn read_fragment(
     schema: SchemaRef,
     batch_size: usize,
 ) -> BoxStream<'static, Result<RecordBatch>> {
+    read_columns(dir, fragment, schema, batch_size, None)
+}
+
+fn read_columns(
+    dir: Arc<TableDir>,
+    fragment: &Fragment,
+    schema: SchemaRef,
+    batch_size: usize,
+    selection: Option<RowSelection>,
+) -> BoxStream<'static, Result<RecordBatch>> {
     if schema.fields().is_empty() {
         // Nothing to read: only the row count matters (e.g. COUNT(*)).
         let total = fragment.physical_rows as usize;
@@ -205,9 +216,48 @@ pub fn read_fragment(
     let expected_rows = fragment.physical_rows;
     let streams: Vec<_> = per_file
         .into_iter()
-        .map(|(file, cols)| read_file(dir.clone(), file, cols, batch_size, expected_rows))
+        .map(|(file, cols)| {
+            read_file(
+                dir.clone(),
+                file,
+                cols,
+                batch_size,
+                expected_rows,
+                selection.clone(),
+            )
+        })
         .collect();
     zip_columns(streams, schema)
+}
+
+/// Reads only the rows at `offsets` (ascending, distinct) of a fragment, in that order.
+/// Parquet pages holding none of them are skipped.
+pub fn read_fragment_rows(
+    dir: Arc<TableDir>,
+    fragment: &Fragment,
+    schema: SchemaRef,
+    offsets: &[u64],
+) -> BoxStream<'static, Result<RecordBatch>> {
+    if let Some(bad) = offsets.iter().find(|o| **o >= fragment.physical_rows) {
+        let err = FormatError::invalid(format!(
+            "offset {bad} is past fragment {}'s end",
+            fragment.id
+        ));
+        return stream::once(async move { Err(err) }).boxed();
+    }
+    let ranges = offsets.iter().map(|&o| o as usize..o as usize + 1);
+    let selection = RowSelection::from_consecutive_ranges(ranges, fragment.physical_rows as usize);
+    if schema.fields().is_empty() {
+        let n = offsets.len();
+        let batch = RecordBatch::try_new_with_options(
+            Arc::new(Schema::empty()),
+            vec![],
+            &RecordBatchOptions::new().with_row_count(Some(n)),
+        )
+        .map_err(FormatError::from);
+        return stream::once(async move { batch }).boxed();
+    }
+    read_columns(dir, fragment, schema, offsets.len().max(1), Some(selection))
 }
 
 fn read_file(
@@ -216,6 +266,7 @@ fn read_file(
     columns: Vec<String>,
     batch_size: usize,
     expected_rows: u64,
+    selection: Option<RowSelection>,
 ) -> BoxStream<'static, Result<RecordBatch>> {
     let open = async move {
         let path = dir.path(&file.path);
@@ -246,11 +297,11 @@ fn read_file(
             })
             .collect::<Result<Vec<_>>>()?;
         let mask = ProjectionMask::roots(builder.parquet_schema(), indices.iter().copied());
-        let stream = builder
-            .with_projection(mask)
-            .with_batch_size(batch_size)
-            .build()
-            .map_err(perr)?;
+        let mut builder = builder.with_projection(mask).with_batch_size(batch_size);
+        if let Some(selection) = selection {
+            builder = builder.with_row_selection(selection);
+        }
+        let stream = builder.build().map_err(perr)?;
         let path_for_err = path.to_string();
         Ok(stream.map_err(move |e| FormatError::Parquet {
             path: path_for_err.clone(),

@@ -22,6 +22,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 
 use super::error::{FormatError, Result};
+use super::index_meta::{IndexDef, IndexSegment, validate_segments};
 use super::rowids::RowIdSequence;
 
 /// First field of every manifest; anything else is a foreign file.
@@ -29,15 +30,26 @@ pub const MANIFEST_MAGIC: &str = "fragvec-manifest";
 /// Manifest layout version this build writes and the newest it reads.
 pub const FORMAT_VERSION: u32 = 1;
 /// Reader features this build understands. A table naming any other feature is refused.
-pub const KNOWN_READER_FEATURES: &[&str] = &[feature::STABLE_ROW_IDS, feature::DELETION_FILES];
+pub const KNOWN_READER_FEATURES: &[&str] = &[
+    feature::STABLE_ROW_IDS,
+    feature::DELETION_FILES,
+    feature::VECTOR_INDEX,
+];
 /// Writer features this build understands (a writer must understand reader features too).
-pub const KNOWN_WRITER_FEATURES: &[&str] = &[feature::STABLE_ROW_IDS, feature::DELETION_FILES];
+pub const KNOWN_WRITER_FEATURES: &[&str] = &[
+    feature::STABLE_ROW_IDS,
+    feature::DELETION_FILES,
+    feature::VECTOR_INDEX,
+];
 
 pub mod feature {
     /// Fragments carry row-id sequences; `_rowid` is stable across updates and moves.
     pub const STABLE_ROW_IDS: &str = "stable_row_ids";
     /// Fragments may carry deletion files.
     pub const DELETION_FILES: &str = "deletion_files";
+    /// The table has vector indexes: readers must apply segment ownership when they use them,
+    /// and writers must keep `invalidated_fragments` true.
+    pub const VECTOR_INDEX: &str = "vector_index";
 }
 
 /// Default for the `max_rows_per_fragment` table option.
@@ -139,6 +151,9 @@ pub enum Operation {
     Delete,
     Update,
     Merge,
+    CreateIndex,
+    DropIndex,
+    OptimizeIndex,
 }
 
 impl Operation {
@@ -149,6 +164,9 @@ impl Operation {
             Operation::Delete => "DELETE",
             Operation::Update => "UPDATE",
             Operation::Merge => "MERGE",
+            Operation::CreateIndex => "CREATE INDEX",
+            Operation::DropIndex => "DROP INDEX",
+            Operation::OptimizeIndex => "OPTIMIZE INDEX",
         }
     }
 }
@@ -174,11 +192,16 @@ pub struct Manifest {
     pub fragments: Vec<Fragment>,
     pub next_fragment_id: u64,
     pub next_row_id: u64,
-    /// Vector index segments. Always empty in this format version: a table that has any carries
-    /// a reader feature this build does not know, and is refused before this list is read.
+    /// Vector indexes (definitions and shared models); see [`super::index_meta`].
     #[serde(default)]
-    pub index_segments: Vec<serde_json::Value>,
-    /// Fragment-reuse ledger. Empty in this format version, gated the same way.
+    pub indexes: Vec<IndexDef>,
+    /// Segments of those indexes, oldest first.
+    #[serde(default)]
+    pub index_segments: Vec<IndexSegment>,
+    #[serde(default)]
+    pub next_segment_id: u64,
+    /// Fragment-reuse ledger. Always empty in this format version: a table that has entries
+    /// carries a reader feature this build does not know, and is refused before it is read.
     #[serde(default)]
     pub reuse_ledger: Vec<serde_json::Value>,
     pub reader_features: BTreeSet<String>,
@@ -211,7 +234,9 @@ impl Manifest {
             fragments: vec![],
             next_fragment_id: 0,
             next_row_id: 0,
+            indexes: vec![],
             index_segments: vec![],
+            next_segment_id: 0,
             reuse_ledger: vec![],
             writer_features: reader_features.clone(),
             reader_features,
@@ -311,9 +336,10 @@ impl Manifest {
         if self.version == 0 {
             return Err("version 0 is not a valid table version".into());
         }
-        if !self.index_segments.is_empty() || !self.reuse_ledger.is_empty() {
-            return Err("index segments or ledger entries without their feature flag".into());
+        if !self.reuse_ledger.is_empty() {
+            return Err("ledger entries without their feature flag".into());
         }
+        self.validate_indexes()?;
         let columns: HashSet<&str> = self.columns.iter().map(|c| c.name.as_str()).collect();
         if columns.len() != self.columns.len() {
             return Err("duplicate column names".into());
@@ -380,6 +406,68 @@ impl Manifest {
                     return Err(format!("fragment {id} has row ids, table does not"));
                 }
                 (None, true) => return Err(format!("fragment {id} lacks row ids")),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Manifest {
+    pub fn index(&self, name: &str) -> Option<&IndexDef> {
+        self.indexes.iter().find(|i| i.name == name)
+    }
+
+    pub fn segments_of<'a>(
+        &'a self,
+        index: &'a str,
+    ) -> impl Iterator<Item = &'a IndexSegment> + 'a {
+        self.index_segments.iter().filter(move |s| s.index == index)
+    }
+
+    /// Keeps the `vector_index` feature flag in step with whether the table has indexes.
+    pub fn sync_index_feature(&mut self) {
+        for flags in [&mut self.reader_features, &mut self.writer_features] {
+            if self.indexes.is_empty() {
+                flags.remove(feature::VECTOR_INDEX);
+            } else {
+                flags.insert(feature::VECTOR_INDEX.to_string());
+            }
+        }
+    }
+
+    fn validate_indexes(&self) -> std::result::Result<(), String> {
+        if !self.indexes.is_empty() && !self.reader_features.contains(feature::VECTOR_INDEX) {
+            return Err("vector indexes without the vector_index feature flag".into());
+        }
+        let mut names = HashSet::new();
+        for index in &self.indexes {
+            if !names.insert(index.name.as_str()) {
+                return Err(format!("index '{}' defined twice", index.name));
+            }
+            if !self.columns.iter().any(|c| c.name == index.column) {
+                return Err(format!(
+                    "index '{}' is on unknown column '{}'",
+                    index.name, index.column
+                ));
+            }
+            check_relative_path(&index.model_file)?;
+            let segments: Vec<&IndexSegment> = self.segments_of(&index.name).collect();
+            validate_segments(&index.name, &segments)?;
+        }
+        let mut ids = HashSet::new();
+        for segment in &self.index_segments {
+            check_relative_path(&segment.file)?;
+            if self.index(&segment.index).is_none() {
+                return Err(format!(
+                    "segment {} belongs to unknown index '{}'",
+                    segment.id, segment.index
+                ));
+            }
+            if !ids.insert(segment.id) || segment.id >= self.next_segment_id {
+                return Err(format!(
+                    "segment id {} is duplicated or not below next_segment_id",
+                    segment.id
+                ));
             }
         }
         Ok(())

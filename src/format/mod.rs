@@ -7,6 +7,7 @@ pub mod commit;
 pub mod deletion;
 pub mod error;
 pub mod fragment_io;
+pub mod index_meta;
 pub mod manifest;
 pub mod rowids;
 pub mod store;

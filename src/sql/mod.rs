@@ -8,4 +8,4 @@ pub mod finder;
 pub mod parser;
 pub mod pin;
 
-pub use parser::{FragvecStatement, parse_statements};
+pub use parser::{FragvecStatement, OptimizeAction, parse_statements};

@@ -10,6 +10,7 @@ use datafusion::common::{DataFusionError, Result};
 use datafusion::sql::parser::{DFParserBuilder, Statement as DFStatement};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
+use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer, Word};
 
 use crate::engine::catalog::RelationName;
@@ -20,6 +21,36 @@ pub enum FragvecStatement {
     /// Anything DataFusion's parser understands; fragvec intercepts some of these
     /// (CREATE TABLE, DROP TABLE, DELETE, UPDATE, MERGE) when it executes them.
     DataFusion(Box<DFStatement>),
+    /// `CREATE VECTOR INDEX name ON t (col) USING IVF_FLAT | IVF_PQ [WITH (k = v, ...)]`
+    CreateVectorIndex {
+        name: String,
+        table: String,
+        column: String,
+        kind: String,
+        options: Vec<(String, String)>,
+    },
+    /// `DROP INDEX [IF EXISTS] name ON t`
+    DropIndex {
+        name: String,
+        table: String,
+        if_exists: bool,
+    },
+    /// `OPTIMIZE INDEX name ON t [APPEND | MERGE n | RETRAIN]`
+    OptimizeIndex {
+        name: String,
+        table: String,
+        action: OptimizeAction,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptimizeAction {
+    /// Index the fragments no segment owns, as a new segment.
+    Append,
+    /// Rewrite the newest `n` segments and the unindexed fragments into one segment.
+    Merge(usize),
+    /// Train a new model on the current rows and rebuild every segment.
+    Retrain,
 }
 
 /// Parses a string of `;`-separated statements.
@@ -38,9 +69,12 @@ pub fn parse_statements(sql: &str) -> Result<Vec<FragvecStatement>> {
         if parser.parser.peek_token() == Token::EOF {
             break;
         }
-        // fragvec's own statements are recognized here, by their first keyword, before
+        // fragvec's own statements are recognized here, by their first keywords, before
         // DataFusion's parser sees them.
-        let statement = FragvecStatement::DataFusion(Box::new(parser.parse_statement()?));
+        let statement = match own_statement(&mut parser.parser)? {
+            Some(s) => s,
+            None => FragvecStatement::DataFusion(Box::new(parser.parse_statement()?)),
+        };
         out.push(statement);
         let next = parser.parser.peek_token();
         if next != Token::SemiColon && next != Token::EOF {
@@ -50,6 +84,125 @@ pub fn parse_statements(sql: &str) -> Result<Vec<FragvecStatement>> {
         }
     }
     Ok(out)
+}
+
+fn word_is(t: &Token, word: &str) -> bool {
+    matches!(t, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word))
+}
+
+fn sql_err(e: ParserError) -> DataFusionError {
+    DataFusionError::SQL(Box::new(e), None)
+}
+
+fn name(p: &mut Parser) -> Result<String> {
+    let ident = p.parse_identifier().map_err(sql_err)?;
+    Ok(crate::sql::pin::normalize_ident(&ident))
+}
+
+/// `name ON table`
+fn index_on_table(p: &mut Parser) -> Result<(String, String)> {
+    let index = name(p)?;
+    p.expect_keyword_is(Keyword::ON).map_err(sql_err)?;
+    let table = name(p)?;
+    Ok((index, table))
+}
+
+/// Parses one of fragvec's own statements, or returns `None` (consuming nothing).
+fn own_statement(p: &mut Parser) -> Result<Option<FragvecStatement>> {
+    let t0 = p.peek_nth_token(0).token;
+    let t1 = p.peek_nth_token(1).token;
+    let t2 = p.peek_nth_token(2).token;
+    if is_keyword(&t0, Keyword::CREATE) && word_is(&t1, "vector") && is_keyword(&t2, Keyword::INDEX)
+    {
+        for _ in 0..3 {
+            p.next_token();
+        }
+        let (index, table) = index_on_table(p)?;
+        p.expect_token(&Token::LParen).map_err(sql_err)?;
+        let column = name(p)?;
+        p.expect_token(&Token::RParen).map_err(sql_err)?;
+        p.expect_keyword_is(Keyword::USING).map_err(sql_err)?;
+        let kind = p
+            .parse_identifier()
+            .map_err(sql_err)?
+            .value
+            .to_ascii_uppercase();
+        let mut options = Vec::new();
+        if p.parse_keyword(Keyword::WITH) {
+            p.expect_token(&Token::LParen).map_err(sql_err)?;
+            loop {
+                let key = p
+                    .parse_identifier()
+                    .map_err(sql_err)?
+                    .value
+                    .to_ascii_lowercase();
+                p.expect_token(&Token::Eq).map_err(sql_err)?;
+                let value = match p.next_token().token {
+                    Token::Number(n, _) => n,
+                    Token::SingleQuotedString(s) => s,
+                    Token::Word(w) => w.value,
+                    other => {
+                        return Err(DataFusionError::Plan(format!(
+                            "bad value for option {key}: {other}"
+                        )));
+                    }
+                };
+                options.push((key, value));
+                if !p.consume_token(&Token::Comma) {
+                    break;
+                }
+            }
+            p.expect_token(&Token::RParen).map_err(sql_err)?;
+        }
+        return Ok(Some(FragvecStatement::CreateVectorIndex {
+            name: index,
+            table,
+            column,
+            kind,
+            options,
+        }));
+    }
+    if is_keyword(&t0, Keyword::DROP) && is_keyword(&t1, Keyword::INDEX) {
+        p.next_token();
+        p.next_token();
+        let if_exists = p.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+        let (index, table) = index_on_table(p)?;
+        return Ok(Some(FragvecStatement::DropIndex {
+            name: index,
+            table,
+            if_exists,
+        }));
+    }
+    if is_keyword(&t0, Keyword::OPTIMIZE) && is_keyword(&t1, Keyword::INDEX) {
+        p.next_token();
+        p.next_token();
+        let (index, table) = index_on_table(p)?;
+        let next = p.peek_token().token;
+        let action = if word_is(&next, "append") {
+            p.next_token();
+            OptimizeAction::Append
+        } else if is_keyword(&next, Keyword::MERGE) {
+            p.next_token();
+            let n = p.parse_literal_uint().map_err(sql_err)?;
+            if n == 0 {
+                return Err(DataFusionError::Plan(
+                    "OPTIMIZE INDEX ... MERGE n needs n >= 1".into(),
+                ));
+            }
+            OptimizeAction::Merge(n as usize)
+        } else if word_is(&next, "retrain") {
+            p.next_token();
+            OptimizeAction::Retrain
+        } else {
+            OptimizeAction::Append
+        };
+        return Ok(Some(FragvecStatement::OptimizeIndex {
+            name: index,
+            table,
+            action,
+        }));
+    }
+    Ok(None)
 }
 
 fn is_keyword(t: &Token, kw: Keyword) -> bool {
@@ -163,8 +316,47 @@ mod tests {
     fn one(sql: &str) -> String {
         let mut s = parse_statements(sql).unwrap();
         assert_eq!(s.len(), 1);
-        let FragvecStatement::DataFusion(s) = s.pop().unwrap();
+        let FragvecStatement::DataFusion(s) = s.pop().unwrap() else {
+            panic!("not a DataFusion statement")
+        };
         s.to_string()
+    }
+
+    #[test]
+    fn index_statements() {
+        let s = parse_statements(
+            "CREATE VECTOR INDEX idx ON T (Emb) USING ivf_flat WITH (num_partitions = 4, metric = 'cosine'); \
+             DROP INDEX IF EXISTS idx ON t; OPTIMIZE INDEX idx ON t MERGE 2; OPTIMIZE INDEX idx ON t",
+        )
+        .unwrap();
+        assert!(
+            matches!(&s[0], FragvecStatement::CreateVectorIndex { name, table, column, kind, options }
+            if name == "idx" && table == "t" && column == "emb" && kind == "IVF_FLAT"
+               && options == &vec![("num_partitions".to_string(), "4".to_string()), ("metric".to_string(), "cosine".to_string())])
+        );
+        assert!(matches!(
+            &s[1],
+            FragvecStatement::DropIndex {
+                if_exists: true,
+                ..
+            }
+        ));
+        assert!(matches!(
+            &s[2],
+            FragvecStatement::OptimizeIndex {
+                action: OptimizeAction::Merge(2),
+                ..
+            }
+        ));
+        assert!(matches!(
+            &s[3],
+            FragvecStatement::OptimizeIndex {
+                action: OptimizeAction::Append,
+                ..
+            }
+        ));
+        assert!(parse_statements("CREATE VECTOR INDEX i ON t emb USING IVF_FLAT").is_err());
+        assert!(parse_statements("OPTIMIZE INDEX i ON t MERGE 0").is_err());
     }
 
     #[test]

@@ -1,0 +1,404 @@
+//! CREATE VECTOR INDEX, DROP INDEX and OPTIMIZE INDEX: build segments and commit them.
+//!
+//! Every build reads one snapshot and commits against it; fragments rewritten in place by a
+//! concurrent writer before the commit are recorded as invalidated in the new segment (the
+//! format's commit does that), and a concurrent change to the same index makes the statement
+//! retry.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use datafusion::common::{DataFusionError, Result};
+
+use crate::format::commit::{IndexChange, NewSegment};
+use crate::format::index_meta::{IndexDef, IndexKind};
+use crate::format::{self, FormatError, Operation, Snapshot, Transaction, split_row_address};
+use crate::index::build::{self, Vectors};
+use crate::index::distance::Metric;
+use crate::index::segment::PartitionCache;
+use crate::sql::OptimizeAction;
+
+use super::types::vector_dim;
+
+fn plan_err<T>(msg: impl Into<String>) -> Result<T> {
+    Err(DataFusionError::Plan(msg.into()))
+}
+
+/// Options of `CREATE VECTOR INDEX ... WITH (...)`.
+struct BuildOptions {
+    metric: Metric,
+    num_partitions: Option<usize>,
+    sample_size: Option<usize>,
+    num_sub_vectors: Option<u32>,
+}
+
+fn build_options(kind: &str, options: &[(String, String)]) -> Result<BuildOptions> {
+    let mut o = BuildOptions {
+        metric: Metric::L2,
+        num_partitions: None,
+        sample_size: None,
+        num_sub_vectors: None,
+    };
+    let number = |k: &str, v: &str| -> Result<usize> {
+        v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+            DataFusionError::Plan(format!("{k} must be a positive integer, not '{v}'"))
+        })
+    };
+    for (key, value) in options {
+        match key.as_str() {
+            "metric" => {
+                o.metric = Metric::parse(value).ok_or_else(|| {
+                    DataFusionError::Plan(format!(
+                        "metric must be 'l2', 'cosine' or 'dot', not '{value}'"
+                    ))
+                })?
+            }
+            "num_partitions" => o.num_partitions = Some(number(key, value)?),
+            "sample_size" => o.sample_size = Some(number(key, value)?),
+            "num_sub_vectors" if kind == "IVF_PQ" => {
+                o.num_sub_vectors = Some(number(key, value)? as u32)
+            }
+            other => {
+                return plan_err(format!(
+                    "unknown option '{other}' for {kind} (known: metric, num_partitions, sample_size{})",
+                    if kind == "IVF_PQ" {
+                        ", num_sub_vectors"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+        }
+    }
+    Ok(o)
+}
+
+/// Commits an index transaction, retrying the whole build when another writer changed the index.
+async fn commit(snapshot: &Snapshot, txn: Transaction) -> Result<Snapshot> {
+    Ok(format::commit(&snapshot.dir, &snapshot.manifest, &txn).await?)
+}
+
+fn index_txn(
+    snapshot: &Snapshot,
+    op: Operation,
+    change: IndexChange,
+    covered: &BTreeSet<u64>,
+) -> Transaction {
+    let mut txn = Transaction::new(op, snapshot.version());
+    txn.index_change = Some(change);
+    txn.read_fragment_files = snapshot
+        .manifest
+        .fragments
+        .iter()
+        .filter(|f| covered.contains(&f.id))
+        .map(|f| (f.id, f.files.clone()))
+        .collect::<BTreeMap<_, _>>();
+    txn
+}
+
+/// Builds a whole index (one segment over every fragment) on `snapshot`. Returns the new
+/// definition and segment, uncommitted.
+async fn build_full(
+    snapshot: &Snapshot,
+    name: &str,
+    column: &str,
+    kind: IndexKind,
+    opts: &BuildOptions,
+) -> Result<(IndexDef, NewSegment, BTreeSet<u64>)> {
+    let field = snapshot.schema.field_with_name(column).map_err(|_| {
+        DataFusionError::Plan(format!(
+            "column '{column}' does not exist in table '{}'",
+            snapshot.name()
+        ))
+    })?;
+    let Some(dim) = vector_dim(field.data_type()) else {
+        return plan_err(format!(
+            "column '{column}' is not a vector column (VECTOR(n))"
+        ));
+    };
+    let fragments: BTreeSet<u64> = snapshot.manifest.fragments.iter().map(|f| f.id).collect();
+    let vectors = build::read_vectors(snapshot, column, &fragments).await?;
+    let rows = vectors.addrs.len();
+    let partitions = opts
+        .num_partitions
+        .unwrap_or_else(|| ((rows as f64).sqrt() as usize).clamp(1, 1024));
+    let sample = opts.sample_size.unwrap_or(256 * partitions).max(partitions);
+    let model = build::train(
+        &vectors,
+        dim as usize,
+        opts.metric,
+        &kind,
+        partitions,
+        sample,
+    )
+    .map_err(|e| DataFusionError::Plan(format!("cannot build index '{name}': {e}")))?;
+    let (model_file, model_size) = build::write_model(&snapshot.dir, name, &model).await?;
+    let segment =
+        build::write_segment(&snapshot.dir, name, &model, &vectors, fragments.clone()).await?;
+    let def = IndexDef {
+        name: name.to_string(),
+        column: column.to_string(),
+        kind,
+        metric: opts.metric,
+        num_partitions: partitions as u32,
+        model_file,
+        model_size_bytes: model_size,
+        created_at_version: snapshot.version(),
+    };
+    Ok((def, segment, fragments))
+}
+
+pub async fn create(
+    snapshot: Snapshot,
+    name: &str,
+    column: &str,
+    kind: &str,
+    options: &[(String, String)],
+) -> Result<u64> {
+    if snapshot.manifest.index(name).is_some() {
+        return plan_err(format!(
+            "index '{name}' already exists on table '{}'",
+            snapshot.name()
+        ));
+    }
+    let opts = build_options(kind, options)?;
+    let kind = match kind {
+        "IVF_FLAT" => IndexKind::IvfFlat,
+        "IVF_PQ" => IndexKind::IvfPq {
+            num_sub_vectors: opts.num_sub_vectors.ok_or_else(|| {
+                DataFusionError::Plan("IVF_PQ needs WITH (num_sub_vectors = m)".into())
+            })?,
+        },
+        other => {
+            return plan_err(format!(
+                "unknown index type {other} (use IVF_FLAT or IVF_PQ)"
+            ));
+        }
+    };
+    let (def, segment, covered) = build_full(&snapshot, name, column, kind, &opts).await?;
+    let rows = segment.rows;
+    let txn = index_txn(
+        &snapshot,
+        Operation::CreateIndex,
+        IndexChange::Create {
+            def,
+            segments: vec![segment],
+        },
+        &covered,
+    );
+    commit(&snapshot, txn).await?;
+    Ok(rows)
+}
+
+pub async fn drop(snapshot: Snapshot, name: &str, if_exists: bool) -> Result<u64> {
+    if snapshot.manifest.index(name).is_none() {
+        if if_exists {
+            return Ok(0);
+        }
+        return plan_err(format!(
+            "index '{name}' does not exist on table '{}'",
+            snapshot.name()
+        ));
+    }
+    let mut txn = Transaction::new(Operation::DropIndex, snapshot.version());
+    txn.index_change = Some(IndexChange::Drop {
+        name: name.to_string(),
+    });
+    commit(&snapshot, txn).await?;
+    Ok(0)
+}
+
+/// Fragments of the table that no segment of `index` owns.
+pub fn unowned_fragments(snapshot: &Snapshot, index: &str) -> BTreeSet<u64> {
+    let owned: HashSet<u64> = snapshot
+        .manifest
+        .segments_of(index)
+        .flat_map(|s| s.ownership())
+        .collect();
+    snapshot
+        .manifest
+        .fragments
+        .iter()
+        .map(|f| f.id)
+        .filter(|f| !owned.contains(f))
+        .collect()
+}
+
+/// Returns the number of rows written into new segments.
+pub async fn optimize(
+    snapshot: Snapshot,
+    name: &str,
+    action: OptimizeAction,
+    cache: &PartitionCache,
+) -> Result<u64> {
+    let Some(def) = snapshot.manifest.index(name).cloned() else {
+        return plan_err(format!(
+            "index '{name}' does not exist on table '{}'",
+            snapshot.name()
+        ));
+    };
+    match action {
+        OptimizeAction::Retrain => {
+            let opts = BuildOptions {
+                metric: def.metric,
+                num_partitions: Some(def.num_partitions as usize),
+                sample_size: None,
+                num_sub_vectors: None,
+            };
+            let (new_def, segment, covered) =
+                build_full(&snapshot, name, &def.column, def.kind.clone(), &opts).await?;
+            let rows = segment.rows;
+            let remove = snapshot.manifest.segments_of(name).map(|s| s.id).collect();
+            let change = IndexChange::ReplaceSegments {
+                index: name.to_string(),
+                remove,
+                add: vec![segment],
+                def: Some(IndexDef {
+                    created_at_version: def.created_at_version,
+                    ..new_def
+                }),
+            };
+            commit(
+                &snapshot,
+                index_txn(&snapshot, Operation::OptimizeIndex, change, &covered),
+            )
+            .await?;
+            Ok(rows)
+        }
+        OptimizeAction::Append => {
+            let fresh = unowned_fragments(&snapshot, name);
+            if fresh.is_empty() {
+                return Ok(0);
+            }
+            let model = cache.model(&snapshot.dir, &def).await?;
+            let vectors = build::read_vectors(&snapshot, &def.column, &fresh).await?;
+            let segment =
+                build::write_segment(&snapshot.dir, name, &model, &vectors, fresh.clone()).await?;
+            let rows = segment.rows;
+            let change = IndexChange::ReplaceSegments {
+                index: name.to_string(),
+                remove: vec![],
+                add: vec![segment],
+                def: None,
+            };
+            commit(
+                &snapshot,
+                index_txn(&snapshot, Operation::OptimizeIndex, change, &fresh),
+            )
+            .await?;
+            Ok(rows)
+        }
+        OptimizeAction::Merge(n) => merge(snapshot, &def, n, cache).await,
+    }
+}
+
+/// Rewrites the newest `n` segments and the unindexed fragments into one segment, dropping
+/// every row an input may no longer answer for **before** writing it: rows of fragments the
+/// input does not own (invalidated) or that left the table, and deleted rows.
+async fn merge(
+    snapshot: Snapshot,
+    def: &IndexDef,
+    n: usize,
+    cache: &PartitionCache,
+) -> Result<u64> {
+    let manifest = &snapshot.manifest;
+    let dir = &snapshot.dir;
+    let all: Vec<_> = manifest.segments_of(&def.name).collect();
+    let inputs = &all[all.len().saturating_sub(n)..];
+    let model = cache.model(dir, def).await?;
+    let current: HashSet<u64> = manifest.fragments.iter().map(|f| f.id).collect();
+    let mut deletions = HashMap::new();
+    for f in manifest.fragments.iter().filter(|f| f.deletion.is_some()) {
+        deletions.insert(
+            f.id,
+            dir.read_deletions(f).await.map_err(FormatError::from)?,
+        );
+    }
+    let pq = model.pq.is_some();
+    let mut kept = build::Vectors::default();
+    let mut kept_codes: Vec<(u64, usize, Vec<u8>)> = Vec::new();
+    let mut provenance = BTreeSet::new();
+    let mut live_frags = BTreeSet::new();
+    for segment in inputs {
+        provenance.extend(segment.fragment_bitmap.iter().copied());
+        let owned: HashSet<u64> = segment
+            .ownership()
+            .into_iter()
+            .filter(|f| current.contains(f))
+            .collect();
+        live_frags.extend(owned.iter().copied());
+        let footer = cache.footer(dir, &segment.file, segment.size_bytes).await?;
+        for p in 0..footer.partitions.len() {
+            let part = cache.partition(dir, &segment.file, &footer, p, pq).await?;
+            for (i, addr) in part.addrs.iter().enumerate() {
+                let (frag, offset) = split_row_address(*addr);
+                if !owned.contains(&frag)
+                    || deletions
+                        .get(&frag)
+                        .is_some_and(|d: &roaring::RoaringBitmap| d.contains(offset as u32))
+                {
+                    continue;
+                }
+                if pq {
+                    let w = part.codes.len() / part.addrs.len().max(1);
+                    kept_codes.push((*addr, p, part.codes[i * w..(i + 1) * w].to_vec()));
+                } else {
+                    kept.addrs.push(*addr);
+                    kept.values
+                        .extend_from_slice(&part.vectors[i * model.dim..(i + 1) * model.dim]);
+                }
+            }
+        }
+    }
+    let fresh = unowned_fragments(&snapshot, &def.name);
+    let new_vectors = build::read_vectors(&snapshot, &def.column, &fresh).await?;
+    let covered: BTreeSet<u64> = live_frags.union(&fresh).copied().collect();
+    let bitmap: BTreeSet<u64> = provenance.union(&fresh).copied().collect();
+    let mut partitions = build::partition(
+        &model,
+        &Vectors {
+            addrs: kept.addrs,
+            values: kept.values,
+        },
+    );
+    for (p, fresh_part) in build::partition(&model, &new_vectors)
+        .into_iter()
+        .enumerate()
+    {
+        partitions[p].addrs.extend(fresh_part.addrs);
+        partitions[p].vectors.extend(fresh_part.vectors);
+        partitions[p].codes.extend(fresh_part.codes);
+    }
+    for (addr, p, codes) in kept_codes {
+        partitions[p].addrs.push(addr);
+        partitions[p].codes.extend(codes);
+    }
+    let segment =
+        build::write_partitions(dir, &def.name, &model, partitions, bitmap.clone()).await?;
+    let rows = segment.rows;
+    // Fragments of the provenance still in the table whose rows the merged file does not hold
+    // (their rows were stale, or another segment owns them) are not in `covered`, so the
+    // commit records them as invalidated in the new segment.
+    let change = IndexChange::ReplaceSegments {
+        index: def.name.clone(),
+        remove: inputs.iter().map(|s| s.id).collect(),
+        add: vec![segment],
+        def: None,
+    };
+    commit(
+        &snapshot,
+        index_txn(&snapshot, Operation::OptimizeIndex, change, &covered),
+    )
+    .await?;
+    Ok(rows)
+}
+
+/// Convenience for the session: the latest snapshot of a table, or a clear error.
+pub async fn latest(session_db: &format::Database, table: &str) -> Result<Snapshot> {
+    let dir = Arc::new(session_db.table(table)?);
+    match dir.latest().await {
+        Ok(s) => Ok(s),
+        Err(FormatError::NotFound(t)) => plan_err(format!("table '{t}' does not exist")),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,666 @@
+//! `KnnExec`: the k rows nearest a query vector, read through a vector index.
+//!
+//! It replaces the table scan under DataFusion's `SortExec(fetch = k)` (see
+//! [`super::knn_rule`]) and emits at most k candidate rows with the scan's columns; the sort
+//! above recomputes the distances from the rows' current vectors and orders them, so the
+//! answer is ordered exactly like `ORDER BY <distance> LIMIT k`.
+//!
+//! For each segment of the index, the rows it may answer for (ownership ∩ fragments still in
+//! the table), deletion vectors and the WHERE filter (as an allow-list of row addresses) are
+//! applied to every row **before** it can enter that segment's top-k. A segment with nothing
+//! invalidated, all fragments present and none with deletions, under a query without WHERE,
+//! takes the unfiltered path. Fragments no segment owns are scored by brute force. When the
+//! filter admits few rows they are scored exactly; when probing `nprobes` partitions finds
+//! fewer than k rows, more partitions are probed; and if the index still cannot produce k rows
+//! (rows with NULL vectors are not indexed), the query is answered by an exact scan.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, RecordBatch, RecordBatchOptions, UInt64Array,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Float32Type, Schema, SchemaRef, UInt64Type};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::utils::reassign_expr_columns;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{
+    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning,
+    PlanProperties, ReplaceChildrenOptions, SendableRecordBatchStream, apply_expression_roots,
+};
+use futures::StreamExt;
+use roaring::{RoaringBitmap, RoaringTreemap};
+
+use super::options::FragvecOptions;
+use super::scan::{FragmentScanExec, ROW_ADDR, ROW_ID, ScanSpec, VirtualColumns};
+use crate::format::fragment_io::read_fragment_rows;
+use crate::format::index_meta::IndexDef;
+use crate::format::{Fragment, Manifest, Snapshot, row_address, split_row_address};
+use crate::index::distance::{Metric, metric_key};
+use crate::index::search::{Candidate, RowMask, SearchStats, TopK, score_flat, score_pq};
+use crate::index::segment::PartitionCache;
+
+/// Filters admitting at most this many rows are answered by scoring exactly those rows.
+const EXACT_FILTER_ROWS: u64 = 4096;
+
+/// What the query asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KnnQuery {
+    /// The vector column (a table column name).
+    pub column: String,
+    pub vector: Vec<f32>,
+    pub metric: Metric,
+    pub k: usize,
+}
+
+#[derive(Debug)]
+pub struct KnnExec {
+    scan: ScanSpec,
+    query: KnnQuery,
+    /// The index to search; `None` scores every row exactly.
+    index: Option<IndexDef>,
+    cache: Arc<PartitionCache>,
+    schema: SchemaRef,
+    metrics: ExecutionPlanMetricsSet,
+    props: Arc<PlanProperties>,
+}
+
+impl KnnExec {
+    pub fn new(
+        scan: ScanSpec,
+        query: KnnQuery,
+        index: Option<IndexDef>,
+        cache: Arc<PartitionCache>,
+    ) -> Result<Self> {
+        let schema = Arc::new(scan.work_schema.project(&scan.output_indices)?);
+        let props = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        ));
+        Ok(Self {
+            scan,
+            query,
+            index,
+            cache,
+            schema,
+            metrics: ExecutionPlanMetricsSet::new(),
+            props,
+        })
+    }
+
+    pub fn index(&self) -> Option<&IndexDef> {
+        self.index.as_ref()
+    }
+}
+
+impl DisplayAs for KnnExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let index = self.index.as_ref().map_or("none (exact)".to_string(), |i| {
+            format!("{} ({})", i.name, i.kind.name())
+        });
+        match t {
+            DisplayFormatType::Default | DisplayFormatType::Verbose => {
+                write!(
+                    f,
+                    "KnnExec: table={}, version={}, column={}, index={index}, metric={}, k={}",
+                    self.scan.snapshot.name(),
+                    self.scan.snapshot.version(),
+                    self.query.column,
+                    self.query.metric.as_str(),
+                    self.query.k
+                )?;
+                if let Some(p) = &self.scan.predicate {
+                    write!(f, ", filter={p}")?;
+                }
+                Ok(())
+            }
+            DisplayFormatType::TreeRender => write!(f, "k={}", self.query.k),
+        }
+    }
+}
+
+impl ExecutionPlan for KnnExec {
+    fn name(&self) -> &str {
+        "KnnExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.props
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        apply_expression_roots(self.scan.predicate.iter(), f)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        _: Vec<Arc<dyn ExecutionPlan>>,
+        _: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!(
+                "KnnExec has one partition, asked for {partition}"
+            )));
+        }
+        let options = context
+            .session_config()
+            .options()
+            .extensions
+            .get::<FragvecOptions>()
+            .cloned()
+            .unwrap_or_default();
+        self.cache.set_budget(options.index_cache_bytes);
+        let counter =
+            |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, partition);
+        let search = Search {
+            scan: self.scan.clone(),
+            query: self.query.clone(),
+            index: if options.exact {
+                None
+            } else {
+                self.index.clone()
+            },
+            cache: self.cache.clone(),
+            nprobes: options.nprobes.max(1),
+            refine_factor: options.refine_factor.max(1),
+            ctx: context,
+            counters: Counters {
+                segments_searched: counter("segments_searched"),
+                partitions_probed: counter("partitions_probed"),
+                rows_scored: counter("rows_scored"),
+                dropped_ownership: counter("rows_dropped_by_ownership"),
+                dropped_deleted: counter("rows_dropped_by_deletions"),
+                dropped_filter: counter("rows_dropped_by_filter"),
+                unindexed_rows: counter("rows_from_unindexed_fragments"),
+                exact_fallbacks: counter("exact_fallbacks"),
+            },
+            output_schema: self.schema.clone(),
+        };
+        let stream = futures::stream::once(async move { search.run().await });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            stream,
+        )))
+    }
+}
+
+#[derive(Clone)]
+struct Counters {
+    segments_searched: Count,
+    partitions_probed: Count,
+    rows_scored: Count,
+    dropped_ownership: Count,
+    dropped_deleted: Count,
+    dropped_filter: Count,
+    unindexed_rows: Count,
+    exact_fallbacks: Count,
+}
+
+impl Counters {
+    fn record(&self, s: &SearchStats) {
+        self.partitions_probed.add(s.partitions_probed);
+        self.rows_scored.add(s.rows_scored);
+        self.dropped_ownership.add(s.dropped_ownership);
+        self.dropped_deleted.add(s.dropped_deleted);
+        self.dropped_filter.add(s.dropped_filter);
+    }
+}
+
+struct Search {
+    scan: ScanSpec,
+    query: KnnQuery,
+    index: Option<IndexDef>,
+    cache: Arc<PartitionCache>,
+    nprobes: usize,
+    refine_factor: usize,
+    ctx: Arc<TaskContext>,
+    counters: Counters,
+    output_schema: SchemaRef,
+}
+
+impl Search {
+    fn snapshot(&self) -> &Snapshot {
+        &self.scan.snapshot
+    }
+
+    async fn run(self) -> Result<RecordBatch> {
+        let k = self.query.k;
+        let allowed = match &self.scan.predicate {
+            Some(_) => Some(self.allow_list().await?),
+            None => None,
+        };
+        let candidates = match (&self.index, &allowed) {
+            (_, Some(a)) if a.len() <= EXACT_FILTER_ROWS.max(k as u64) => {
+                // Few qualifying rows: score exactly them.
+                let addrs: Vec<u64> = a.iter().collect();
+                let mut top = TopK::new(k);
+                for c in self.score_addresses(&addrs).await? {
+                    top.push(c);
+                }
+                top.into_sorted()
+            }
+            (None, _) => {
+                self.brute_force(&self.snapshot().manifest.fragments)
+                    .await?
+            }
+            (Some(index), _) => {
+                let found = self.indexed(index, allowed.as_ref()).await?;
+                let qualifying = match &allowed {
+                    Some(a) => a.len(),
+                    None => self.snapshot().manifest.live_rows(),
+                };
+                if found.len() < k && (found.len() as u64) < qualifying {
+                    // Rows the index cannot return (NULL vectors) would be in the exact answer.
+                    self.counters.exact_fallbacks.add(1);
+                    self.brute_force(&self.snapshot().manifest.fragments)
+                        .await?
+                } else {
+                    found
+                }
+            }
+        };
+        self.fetch_rows(&candidates).await
+    }
+
+    /// Addresses of the rows passing the WHERE filter.
+    async fn allow_list(&self) -> Result<RoaringTreemap> {
+        let spec = self.derived_spec(self.snapshot().clone(), &[], &[ROW_ADDR])?;
+        let mut stream = FragmentScanExec::new(spec)?.execute(0, self.ctx.clone())?;
+        let mut allowed = RoaringTreemap::new();
+        while let Some(batch) = stream.next().await {
+            let batch = batch?;
+            allowed.extend(
+                batch
+                    .column(0)
+                    .as_primitive::<UInt64Type>()
+                    .values()
+                    .iter()
+                    .copied(),
+            );
+        }
+        Ok(allowed)
+    }
+
+    /// A scan over `snapshot` reading the original scan's columns plus `extra` table
+    /// columns, with its filter, producing `output` (column names).
+    fn derived_spec(
+        &self,
+        snapshot: Snapshot,
+        extra: &[&str],
+        output: &[&str],
+    ) -> Result<ScanSpec> {
+        let table = &snapshot.schema;
+        let wanted: BTreeSet<usize> = self
+            .scan
+            .read_schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .chain(extra.iter().copied())
+            .map(|n| table.index_of(n))
+            .collect::<std::result::Result<_, _>>()?;
+        let read_schema = Arc::new(table.project(&wanted.into_iter().collect::<Vec<_>>())?);
+        let virtual_columns = VirtualColumns {
+            row_addr: true,
+            row_id: self.scan.virtual_columns.row_id || output.contains(&ROW_ID),
+        };
+        let mut fields: Vec<Field> = read_schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.push(Field::new(ROW_ADDR, DataType::UInt64, false));
+        if virtual_columns.row_id {
+            fields.push(Field::new(ROW_ID, DataType::UInt64, false));
+        }
+        let work_schema = Arc::new(Schema::new(fields));
+        let predicate = match &self.scan.predicate {
+            Some(p) => Some(reassign_expr_columns(p.clone(), &work_schema)?),
+            None => None,
+        };
+        let output_indices = output
+            .iter()
+            .map(|n| work_schema.index_of(n))
+            .collect::<std::result::Result<_, _>>()?;
+        Ok(ScanSpec {
+            snapshot,
+            read_schema,
+            work_schema,
+            virtual_columns,
+            predicate,
+            output_indices,
+            limit: None,
+        })
+    }
+
+    /// Exact top-k over `fragments` (scan order irrelevant), with deletions and the filter.
+    async fn brute_force(&self, fragments: &[Fragment]) -> Result<Vec<Candidate>> {
+        let mut manifest: Manifest = (*self.snapshot().manifest).clone();
+        manifest.fragments = fragments.to_vec();
+        let snapshot = Snapshot {
+            manifest: Arc::new(manifest),
+            ..self.snapshot().clone()
+        };
+        let column = self.query.column.as_str();
+        let spec = self.derived_spec(snapshot, &[column], &[column, ROW_ADDR])?;
+        let mut stream = FragmentScanExec::new(spec)?.execute(0, self.ctx.clone())?;
+        let mut top = TopK::new(self.query.k);
+        let mut rows = 0usize;
+        while let Some(batch) = stream.next().await {
+            let batch = batch?;
+            rows += batch.num_rows();
+            let addrs = batch.column(1).as_primitive::<UInt64Type>();
+            self.score_column(batch.column(0), addrs.values(), &mut |c| top.push(c));
+        }
+        self.counters.rows_scored.add(rows);
+        Ok(top.into_sorted())
+    }
+
+    fn score_column(&self, vectors: &ArrayRef, addrs: &[u64], sink: &mut dyn FnMut(Candidate)) {
+        let list = vectors.as_fixed_size_list();
+        let dim = list.value_length() as usize;
+        let values = list.values().as_primitive::<Float32Type>().values();
+        for (i, addr) in addrs.iter().enumerate() {
+            let key = if list.is_null(i) || dim != self.query.vector.len() {
+                f32::INFINITY
+            } else {
+                metric_key(
+                    self.query.metric,
+                    &self.query.vector,
+                    &values[i * dim..(i + 1) * dim],
+                )
+                .unwrap_or(f32::INFINITY)
+            };
+            sink(Candidate { key, addr: *addr });
+        }
+    }
+
+    /// Exact keys of the given rows (reads only those rows' vectors).
+    async fn score_addresses(&self, addrs: &[u64]) -> Result<Vec<Candidate>> {
+        let field = self
+            .snapshot()
+            .schema
+            .field_with_name(&self.query.column)?
+            .clone();
+        let schema = Arc::new(Schema::new(vec![field]));
+        let mut out = Vec::with_capacity(addrs.len());
+        for (fragment, offsets) in self.by_fragment(addrs)? {
+            let mut stream = read_fragment_rows(
+                self.snapshot().dir.clone(),
+                fragment,
+                schema.clone(),
+                &offsets,
+            );
+            let mut at = 0usize;
+            while let Some(batch) = stream.next().await {
+                let batch = batch.map_err(DataFusionError::from)?;
+                let n = batch.num_rows();
+                let addrs: Vec<u64> = offsets[at..at + n]
+                    .iter()
+                    .map(|o| row_address(fragment.id, *o))
+                    .collect();
+                self.score_column(batch.column(0), &addrs, &mut |c| out.push(c));
+                at += n;
+            }
+        }
+        self.counters.rows_scored.add(out.len());
+        Ok(out)
+    }
+
+    /// Groups addresses by fragment (in manifest order), offsets sorted.
+    fn by_fragment<'a>(&'a self, addrs: &[u64]) -> Result<Vec<(&'a Fragment, Vec<u64>)>> {
+        let mut groups: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        for a in addrs {
+            let (frag, offset) = split_row_address(*a);
+            groups.entry(frag).or_default().push(offset);
+        }
+        let mut out = Vec::with_capacity(groups.len());
+        for fragment in &self.snapshot().manifest.fragments {
+            if let Some(mut offsets) = groups.remove(&fragment.id) {
+                offsets.sort_unstable();
+                offsets.dedup();
+                out.push((fragment, offsets));
+            }
+        }
+        if let Some(id) = groups.keys().next() {
+            return Err(DataFusionError::Internal(format!(
+                "KNN candidate in fragment {id}, not in the table"
+            )));
+        }
+        Ok(out)
+    }
+
+    /// Index search plus brute force over fragments no segment owns.
+    async fn indexed(
+        &self,
+        index: &IndexDef,
+        allowed: Option<&RoaringTreemap>,
+    ) -> Result<Vec<Candidate>> {
+        let snapshot = self.snapshot();
+        let manifest = &snapshot.manifest;
+        let dir = &snapshot.dir;
+        let k = self.query.k;
+        let model = self.cache.model(dir, index).await?;
+        if model.dim != self.query.vector.len() {
+            return Err(DataFusionError::Execution(format!(
+                "query vector has {} dimensions, column '{}' has {}",
+                self.query.vector.len(),
+                self.query.column,
+                model.dim
+            )));
+        }
+        let Some(prepared) = model.prepare(&self.query.vector) else {
+            // A zero query vector under cosine has no nearest rows; every distance is NULL.
+            return self.brute_force(&manifest.fragments).await;
+        };
+        let current: HashSet<u64> = manifest.fragments.iter().map(|f| f.id).collect();
+        let mut deletions: HashMap<u64, RoaringBitmap> = HashMap::new();
+        for f in manifest.fragments.iter().filter(|f| f.deletion.is_some()) {
+            deletions.insert(f.id, dir.read_deletions(f).await?);
+        }
+        let pq_width = model.pq.as_ref().map(|pq| pq.sub_vectors);
+        let table = model
+            .pq
+            .as_ref()
+            .map(|pq| pq.distance_table(&prepared, self.query.metric));
+        let keep = if pq_width.is_some() {
+            k * self.refine_factor
+        } else {
+            k
+        };
+        let probe_order = model.probe_order(&prepared);
+        let mut global = TopK::new(keep);
+        let mut owned_anywhere: HashSet<u64> = HashSet::new();
+        for segment in manifest.segments_of(&index.name) {
+            self.counters.segments_searched.add(1);
+            let ownership = segment.ownership();
+            owned_anywhere.extend(ownership.iter().copied());
+            let fast = segment.invalidated_fragments.is_empty()
+                && allowed.is_none()
+                && segment
+                    .fragment_bitmap
+                    .iter()
+                    .all(|f| current.contains(f) && !deletions.contains_key(f));
+            let mask = (!fast).then(|| RowMask {
+                owned: ownership
+                    .iter()
+                    .copied()
+                    .filter(|f| current.contains(f))
+                    .collect(),
+                deletions: Some(&deletions),
+                allowed,
+            });
+            if mask.as_ref().is_some_and(|m| m.owned.is_empty()) {
+                continue;
+            }
+            let footer = self
+                .cache
+                .footer(dir, &segment.file, segment.size_bytes)
+                .await?;
+            let mut top = TopK::new(keep);
+            let mut stats = SearchStats::default();
+            for (probed, &p) in probe_order.iter().enumerate() {
+                if probed >= self.nprobes && top.is_full() {
+                    break;
+                }
+                let part = self
+                    .cache
+                    .partition(dir, &segment.file, &footer, p, pq_width.is_some())
+                    .await?;
+                match (&table, pq_width) {
+                    (Some(t), Some(w)) => {
+                        score_pq(&part, w, t, mask.as_ref(), &mut top, &mut stats)
+                    }
+                    _ => score_flat(
+                        &part,
+                        model.dim,
+                        &self.query.vector,
+                        self.query.metric,
+                        mask.as_ref(),
+                        &mut top,
+                        &mut stats,
+                    ),
+                }
+            }
+            self.counters.record(&stats);
+            for c in top.into_sorted() {
+                global.push(c);
+            }
+        }
+        let mut candidates = global.into_sorted();
+        if pq_width.is_some() {
+            // Re-rank the PQ candidates with exact distances of their current vectors.
+            let addrs: Vec<u64> = candidates.iter().map(|c| c.addr).collect();
+            let mut top = TopK::new(k);
+            for c in self.score_addresses(&addrs).await? {
+                top.push(c);
+            }
+            candidates = top.into_sorted();
+        }
+        let unindexed: Vec<Fragment> = manifest
+            .fragments
+            .iter()
+            .filter(|f| !owned_anywhere.contains(&f.id))
+            .cloned()
+            .collect();
+        if !unindexed.is_empty() {
+            self.counters
+                .unindexed_rows
+                .add(unindexed.iter().map(|f| f.live_rows() as usize).sum());
+            let mut top = TopK::new(k);
+            for c in candidates
+                .into_iter()
+                .chain(self.brute_force(&unindexed).await?)
+            {
+                top.push(c);
+            }
+            candidates = top.into_sorted();
+        }
+        // Rows whose distance is undefined (zero vectors under cosine) rank after all others;
+        // only keep them if there is room, exactly like `NULLS LAST`.
+        candidates.truncate(k);
+        Ok(candidates)
+    }
+
+    /// Reads the output columns of the chosen rows.
+    async fn fetch_rows(&self, candidates: &[Candidate]) -> Result<RecordBatch> {
+        let addrs: Vec<u64> = candidates.iter().map(|c| c.addr).collect();
+        let table_fields: Vec<Field> = self
+            .output_schema
+            .fields()
+            .iter()
+            .filter(|f| f.name() != ROW_ADDR && f.name() != ROW_ID)
+            .map(|f| f.as_ref().clone())
+            .collect();
+        let read_schema = Arc::new(Schema::new(table_fields));
+        let mut batches = Vec::new();
+        for (fragment, offsets) in self.by_fragment(&addrs)? {
+            let mut stream = read_fragment_rows(
+                self.snapshot().dir.clone(),
+                fragment,
+                read_schema.clone(),
+                &offsets,
+            );
+            let mut at = 0usize;
+            while let Some(batch) = stream.next().await {
+                let batch = batch.map_err(DataFusionError::from)?;
+                let n = batch.num_rows();
+                let offs = &offsets[at..at + n];
+                let mut columns = Vec::with_capacity(self.output_schema.fields().len());
+                for field in self.output_schema.fields() {
+                    let column: ArrayRef = match field.name().as_str() {
+                        ROW_ADDR => Arc::new(UInt64Array::from_iter_values(
+                            offs.iter().map(|o| row_address(fragment.id, *o)),
+                        )),
+                        ROW_ID => Arc::new(UInt64Array::from_iter_values(offs.iter().map(|o| {
+                            match &fragment.row_ids {
+                                Some(seq) => {
+                                    let mut id = Vec::with_capacity(1);
+                                    seq.extend_slice(*o, 1, &mut id);
+                                    id[0]
+                                }
+                                None => row_address(fragment.id, *o),
+                            }
+                        }))),
+                        name => batch.column_by_name(name).cloned().ok_or_else(|| {
+                            DataFusionError::Internal(format!("KNN fetch lacks column {name}"))
+                        })?,
+                    };
+                    columns.push(column);
+                }
+                batches.push(RecordBatch::try_new_with_options(
+                    self.output_schema.clone(),
+                    columns,
+                    &RecordBatchOptions::new().with_row_count(Some(n)),
+                )?);
+                at += n;
+            }
+        }
+        if batches.is_empty() {
+            return Ok(RecordBatch::new_empty(self.output_schema.clone()));
+        }
+        Ok(datafusion::arrow::compute::concat_batches(
+            &self.output_schema,
+            &batches,
+        )?)
+    }
+}

@@ -1,0 +1,243 @@
+//! Vector distance functions: `l2_distance`, `cosine_distance`, `inner_product`,
+//! `negative_inner_product`.
+//!
+//! They take `VECTOR(n)` columns as they are and coerce only the other argument (an array
+//! literal `[0.1, ...]` arrives as `List<Float64>` and becomes `List<Float32>` once, at plan
+//! time), so no column is cast per row. NULL in gives NULL out, and so does a zero vector
+//! under `cosine_distance` (its angle is undefined). Vectors of different dimensions are an
+//! error naming both. Results are `Float32`.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, FixedSizeListArray, Float32Array, GenericListArray, OffsetSizeTrait,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Float32Type};
+use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
+use datafusion::prelude::SessionContext;
+
+use crate::index::distance::{cosine_distance, dot, l2_squared};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DistanceKind {
+    L2,
+    Cosine,
+    InnerProduct,
+    NegativeInnerProduct,
+}
+
+impl DistanceKind {
+    pub const ALL: [DistanceKind; 4] = [
+        DistanceKind::L2,
+        DistanceKind::Cosine,
+        DistanceKind::InnerProduct,
+        DistanceKind::NegativeInnerProduct,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DistanceKind::L2 => "l2_distance",
+            DistanceKind::Cosine => "cosine_distance",
+            DistanceKind::InnerProduct => "inner_product",
+            DistanceKind::NegativeInnerProduct => "negative_inner_product",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    #[inline]
+    fn eval(self, a: &[f32], b: &[f32]) -> Option<f32> {
+        match self {
+            DistanceKind::L2 => Some(l2_squared(a, b).sqrt()),
+            DistanceKind::Cosine => cosine_distance(a, b),
+            DistanceKind::InnerProduct => Some(dot(a, b)),
+            DistanceKind::NegativeInnerProduct => Some(-dot(a, b)),
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct DistanceUdf {
+    kind: DistanceKind,
+    signature: Signature,
+}
+
+impl DistanceUdf {
+    pub fn new(kind: DistanceKind) -> Self {
+        Self {
+            kind,
+            signature: Signature::user_defined(Volatility::Immutable),
+        }
+    }
+}
+
+/// Registers the distance functions (replacing DataFusion's `cosine_distance` and
+/// `inner_product`, which cast vector columns to `List<Float64>` row by row).
+pub fn register(ctx: &SessionContext) {
+    for kind in DistanceKind::ALL {
+        ctx.register_udf(ScalarUDF::new_from_impl(DistanceUdf::new(kind)));
+    }
+}
+
+fn f32_item() -> Arc<Field> {
+    Arc::new(Field::new_list_field(DataType::Float32, true))
+}
+
+/// The vector dimension of a type, if it has a fixed one.
+fn fixed_dim(dt: &DataType) -> Option<i32> {
+    match dt {
+        DataType::FixedSizeList(f, n) if f.data_type().is_numeric() => Some(*n),
+        _ => None,
+    }
+}
+
+fn is_list(dt: &DataType) -> bool {
+    matches!(dt, DataType::List(f) | DataType::LargeList(f) if f.data_type().is_numeric() || f.data_type().is_null())
+}
+
+impl ScalarUDFImpl for DistanceUdf {
+    fn name(&self) -> &str {
+        self.kind.name()
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Float32)
+    }
+
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        let [a, b] = arg_types else {
+            return Err(DataFusionError::Plan(format!(
+                "{} takes two vectors, got {} arguments",
+                self.name(),
+                arg_types.len()
+            )));
+        };
+        let coerce = |t: &DataType| -> Result<DataType> {
+            if let Some(n) = fixed_dim(t) {
+                Ok(DataType::FixedSizeList(f32_item(), n))
+            } else if is_list(t) || t.is_null() {
+                Ok(DataType::List(f32_item()))
+            } else {
+                Err(DataFusionError::Plan(format!(
+                    "{} takes vectors (VECTOR(n) or numeric arrays), got {t}",
+                    self.name()
+                )))
+            }
+        };
+        Ok(vec![coerce(a)?, coerce(b)?])
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let [a, b] = args.args.as_slice() else {
+            return Err(DataFusionError::Internal(format!(
+                "{}: two arguments expected",
+                self.name()
+            )));
+        };
+        let rows = args.number_rows;
+        let a = VectorArg::try_new(a, self.name())?;
+        let b = VectorArg::try_new(b, self.name())?;
+        let mut out: Vec<Option<f32>> = Vec::with_capacity(rows);
+        for i in 0..rows {
+            let (Some(x), Some(y)) = (a.get(i), b.get(i)) else {
+                out.push(None);
+                continue;
+            };
+            if x.len() != y.len() {
+                return Err(DataFusionError::Execution(format!(
+                    "{}: vector dimensions differ ({} vs {})",
+                    self.name(),
+                    x.len(),
+                    y.len()
+                )));
+            }
+            out.push(self.kind.eval(x, y));
+        }
+        let array: ArrayRef = Arc::new(Float32Array::from(out));
+        if matches!((&a, &b), (VectorArg::Scalar(_), VectorArg::Scalar(_))) {
+            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
+                &array, 0,
+            )?));
+        }
+        Ok(ColumnarValue::Array(array))
+    }
+}
+
+/// One argument: a column of vectors or one vector for every row.
+enum VectorArg {
+    Scalar(Option<Vec<f32>>),
+    Fixed(FixedSizeListArray),
+    List(GenericListArray<i32>),
+    LargeList(GenericListArray<i64>),
+}
+
+impl VectorArg {
+    fn try_new(value: &ColumnarValue, name: &str) -> Result<Self> {
+        match value {
+            ColumnarValue::Scalar(s) => {
+                if s.is_null() {
+                    return Ok(VectorArg::Scalar(None));
+                }
+                let array = s.to_array()?;
+                let arg = Self::from_array(&array, name)?;
+                Ok(VectorArg::Scalar(arg.get(0).map(|v| v.to_vec())))
+            }
+            ColumnarValue::Array(a) => Self::from_array(a, name),
+        }
+    }
+
+    fn from_array(array: &ArrayRef, name: &str) -> Result<Self> {
+        let f32_values = |values: &ArrayRef| values.data_type() == &DataType::Float32;
+        match array.data_type() {
+            DataType::FixedSizeList(..) if f32_values(array.as_fixed_size_list().values()) => {
+                Ok(VectorArg::Fixed(array.as_fixed_size_list().clone()))
+            }
+            DataType::List(_) if f32_values(array.as_list::<i32>().values()) => {
+                Ok(VectorArg::List(array.as_list::<i32>().clone()))
+            }
+            DataType::LargeList(_) if f32_values(array.as_list::<i64>().values()) => {
+                Ok(VectorArg::LargeList(array.as_list::<i64>().clone()))
+            }
+            other => Err(DataFusionError::Internal(format!(
+                "{name}: unexpected argument type {other}"
+            ))),
+        }
+    }
+
+    #[inline]
+    fn get(&self, i: usize) -> Option<&[f32]> {
+        match self {
+            VectorArg::Scalar(v) => v.as_deref(),
+            VectorArg::Fixed(a) => {
+                if a.is_null(i) {
+                    return None;
+                }
+                let n = a.value_length() as usize;
+                let values = a.values().as_primitive::<Float32Type>().values();
+                let start = i * n; // a FixedSizeListArray slices its values, so its offset is 0
+                Some(&values[start..start + n])
+            }
+            VectorArg::List(a) => list_slice(a, i),
+            VectorArg::LargeList(a) => list_slice(a, i),
+        }
+    }
+}
+
+#[inline]
+fn list_slice<O: OffsetSizeTrait>(a: &GenericListArray<O>, i: usize) -> Option<&[f32]> {
+    if a.is_null(i) {
+        return None;
+    }
+    let offsets = a.value_offsets();
+    let values = a.values().as_primitive::<Float32Type>().values();
+    Some(&values[offsets[i].as_usize()..offsets[i + 1].as_usize()])
+}

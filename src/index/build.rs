@@ -1,0 +1,207 @@
+//! Building index models and segments from a table snapshot (the IO side of the index).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::datatypes::{Float32Type, Schema};
+use futures::StreamExt;
+use object_store::{ObjectStoreExt, PutPayload};
+use rand::SeedableRng;
+use rand::seq::index::sample;
+
+use super::distance::Metric;
+use super::ivf::{IvfModel, ProductQuantizer};
+use super::kmeans;
+use super::segment::{self, Partition};
+use crate::format::commit::NewSegment;
+use crate::format::index_meta::IndexKind;
+use crate::format::store::random_tag;
+use crate::format::{FormatError, Result, Snapshot, TableDir, read_fragment, row_address};
+
+/// Seed of every k-means run, so builds are reproducible.
+pub const SEED: u64 = 0x5eed_f4a9;
+
+/// The live, non-NULL vectors of some fragments: addresses and a flat `n × dim` matrix.
+#[derive(Debug, Default)]
+pub struct Vectors {
+    pub addrs: Vec<u64>,
+    pub values: Vec<f32>,
+}
+
+/// Reads the vectors of `fragments` (ids) of `column`, skipping deleted rows and NULLs.
+pub async fn read_vectors(
+    snapshot: &Snapshot,
+    column: &str,
+    fragments: &BTreeSet<u64>,
+) -> Result<Vectors> {
+    let field = snapshot
+        .schema
+        .field_with_name(column)
+        .map_err(FormatError::from)?
+        .clone();
+    let schema = Arc::new(Schema::new(vec![field]));
+    let mut out = Vectors::default();
+    for frag in snapshot
+        .manifest
+        .fragments
+        .iter()
+        .filter(|f| fragments.contains(&f.id))
+    {
+        let deleted = snapshot.dir.read_deletions(frag).await?;
+        let mut stream = read_fragment(snapshot.dir.clone(), frag, schema.clone(), 8192);
+        let mut offset = 0u64;
+        while let Some(batch) = stream.next().await {
+            let batch = batch?;
+            let list = batch.column(0).as_fixed_size_list();
+            let dim = list.value_length() as usize;
+            let values = list.values().as_primitive::<Float32Type>().values();
+            for i in 0..list.len() {
+                let o = offset + i as u64;
+                if list.is_null(i) || deleted.contains(o as u32) {
+                    continue;
+                }
+                out.addrs.push(row_address(frag.id, o));
+                out.values
+                    .extend_from_slice(&values[i * dim..(i + 1) * dim]);
+            }
+            offset += list.len() as u64;
+        }
+    }
+    Ok(out)
+}
+
+/// Trains the IVF model (and PQ codebooks) on a sample of `vectors`.
+pub fn train(
+    vectors: &Vectors,
+    dim: usize,
+    metric: Metric,
+    kind: &IndexKind,
+    num_partitions: usize,
+    sample_size: usize,
+) -> std::result::Result<IvfModel, String> {
+    let n = vectors.addrs.len();
+    if n == 0 {
+        return Err("the column has no non-NULL vectors to train on".into());
+    }
+    if num_partitions == 0 {
+        return Err("num_partitions must be positive".into());
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(SEED);
+    let picks: Vec<usize> = if n > sample_size {
+        sample(&mut rng, n, sample_size).into_vec()
+    } else {
+        (0..n).collect()
+    };
+    let shell = IvfModel {
+        metric,
+        dim,
+        centroids: vec![],
+        pq: None,
+    };
+    let mut data = Vec::with_capacity(picks.len() * dim);
+    for i in picks {
+        if let Some(v) = shell.prepare(&vectors.values[i * dim..(i + 1) * dim]) {
+            data.extend_from_slice(&v);
+        }
+    }
+    if data.is_empty() {
+        return Err("every vector has zero norm; a cosine index needs non-zero vectors".into());
+    }
+    let mut centroids = kmeans::train(&data, dim, num_partitions, 20, SEED);
+    // Fewer distinct training rows than partitions: pad so the model has exactly the
+    // partitions its definition records (the extra ones stay empty).
+    while centroids.len() < num_partitions * dim {
+        let first = centroids[..dim].to_vec();
+        centroids.extend_from_slice(&first);
+    }
+    let pq = match kind {
+        IndexKind::IvfFlat => None,
+        IndexKind::IvfPq { num_sub_vectors } => {
+            let m = *num_sub_vectors as usize;
+            if m == 0 || dim % m != 0 {
+                return Err(format!(
+                    "num_sub_vectors ({m}) must divide the dimension ({dim})"
+                ));
+            }
+            Some(ProductQuantizer::train(&data, dim, m, SEED))
+        }
+    };
+    Ok(IvfModel {
+        metric,
+        dim,
+        centroids,
+        pq,
+    })
+}
+
+pub async fn write_model(dir: &TableDir, index: &str, model: &IvfModel) -> Result<(String, u64)> {
+    let relative = format!("_indexes/{index}/{}.model", random_tag());
+    let bytes = model.encode();
+    let size = bytes.len() as u64;
+    let path = dir.path(&relative);
+    dir.store()
+        .put(&path, PutPayload::from(bytes))
+        .await
+        .map_err(|e| FormatError::store(&path, e))?;
+    Ok((relative, size))
+}
+
+/// Groups vectors by partition and encodes them as the model's index kind stores them.
+pub fn partition(model: &IvfModel, vectors: &Vectors) -> Vec<Partition> {
+    let dim = model.dim;
+    let mut parts = vec![Partition::default(); model.partitions()];
+    for (addr, v) in vectors.addrs.iter().zip(vectors.values.chunks_exact(dim)) {
+        // Zero vectors under cosine have no direction; they live in partition 0 and score
+        // as "no distance".
+        let prepared = model.prepare(v);
+        let p = prepared.as_deref().map_or(0, |x| model.partition_of(x));
+        let part = &mut parts[p];
+        part.addrs.push(*addr);
+        match &model.pq {
+            None => part.vectors.extend_from_slice(v),
+            Some(pq) => match &prepared {
+                Some(x) => pq.encode(x, &mut part.codes),
+                None => part.codes.extend(std::iter::repeat_n(0u8, pq.sub_vectors)),
+            },
+        }
+    }
+    parts
+}
+
+/// Writes a segment file of `vectors` covering `fragments`.
+pub async fn write_segment(
+    dir: &TableDir,
+    index: &str,
+    model: &IvfModel,
+    vectors: &Vectors,
+    fragments: BTreeSet<u64>,
+) -> Result<NewSegment> {
+    write_partitions(dir, index, model, partition(model, vectors), fragments).await
+}
+
+/// Writes already partitioned rows as a segment file covering `fragments`.
+pub async fn write_partitions(
+    dir: &TableDir,
+    index: &str,
+    model: &IvfModel,
+    parts: Vec<Partition>,
+    fragments: BTreeSet<u64>,
+) -> Result<NewSegment> {
+    let rows: u64 = parts.iter().map(|p| p.len() as u64).sum();
+    let width = model.pq.as_ref().map_or(model.dim * 4, |pq| pq.sub_vectors);
+    let bytes = segment::encode(&parts, width);
+    let size = bytes.len() as u64;
+    let relative = format!("_indexes/{index}/{}.seg", random_tag());
+    let path = dir.path(&relative);
+    dir.store()
+        .put(&path, PutPayload::from(bytes))
+        .await
+        .map_err(|e| FormatError::store(&path, e))?;
+    Ok(NewSegment {
+        file: relative,
+        size_bytes: size,
+        rows,
+        fragment_bitmap: fragments,
+    })
+}

@@ -1,0 +1,364 @@
+//! Segment files: the rows of some fragments, grouped by IVF partition, so a query reads only
+//! the partitions it probes (one range read each).
+//!
+//! Layout (little-endian): for each partition in order, its row addresses (`u64` each) then its
+//! payload (`dim` f32 per row for IVF_FLAT, `sub_vectors` code bytes per row for IVF_PQ); then a
+//! footer: magic `FVSEG001`, `u32` partitions, `u32` payload bytes per row, and per partition
+//! `u64` offset and `u64` rows; then `u64` footer length and the end magic `FVSEGEND`.
+//! Opening checks that the footer describes contiguous blocks that exactly fill the file.
+
+use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use object_store::ObjectStoreExt;
+
+use super::ivf::IvfModel;
+use crate::format::index_meta::IndexDef;
+use crate::format::{FormatError, Result, TableDir};
+
+const MAGIC: &[u8; 8] = b"FVSEG001";
+const END_MAGIC: &[u8; 8] = b"FVSEGEND";
+
+/// The rows of one partition of one segment.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Partition {
+    pub addrs: Vec<u64>,
+    /// `addrs.len() × width` bytes for PQ codes, or empty for IVF_FLAT.
+    pub codes: Vec<u8>,
+    /// `addrs.len() × dim` floats for IVF_FLAT, or empty for IVF_PQ.
+    pub vectors: Vec<f32>,
+}
+
+impl Partition {
+    pub fn len(&self) -> usize {
+        self.addrs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.addrs.is_empty()
+    }
+
+    fn bytes(&self) -> usize {
+        self.addrs.len() * 8 + self.codes.len() + self.vectors.len() * 4
+    }
+}
+
+/// Where each partition lives in a segment file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Footer {
+    /// Payload bytes per row (`4 × dim` for flat vectors, `sub_vectors` for PQ codes).
+    pub row_width: usize,
+    pub partitions: Vec<(u64, u64)>,
+}
+
+impl Footer {
+    pub fn rows(&self) -> u64 {
+        self.partitions.iter().map(|p| p.1).sum()
+    }
+
+    fn range(&self, p: usize) -> Range<u64> {
+        let (offset, rows) = self.partitions[p];
+        offset..offset + rows * (8 + self.row_width as u64)
+    }
+}
+
+/// Encodes partitions (flat vectors when `pq_width == 0`, else PQ codes of that width).
+pub fn encode(partitions: &[Partition], row_width: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut index = Vec::with_capacity(partitions.len());
+    for p in partitions {
+        index.push((out.len() as u64, p.len() as u64));
+        for a in &p.addrs {
+            out.extend_from_slice(&a.to_le_bytes());
+        }
+        for v in &p.vectors {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&p.codes);
+    }
+    let footer_start = out.len();
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&(partitions.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(row_width as u32).to_le_bytes());
+    for (offset, rows) in index {
+        out.extend_from_slice(&offset.to_le_bytes());
+        out.extend_from_slice(&rows.to_le_bytes());
+    }
+    let footer_len = (out.len() - footer_start) as u64;
+    out.extend_from_slice(&footer_len.to_le_bytes());
+    out.extend_from_slice(END_MAGIC);
+    out
+}
+
+/// Decodes and checks a footer (`footer` excludes the trailing length and end magic).
+pub fn decode_footer(footer: &[u8], file_size: u64) -> std::result::Result<Footer, String> {
+    if footer.len() < 16 || &footer[..8] != MAGIC {
+        return Err("not a fragvec segment footer".into());
+    }
+    let partitions = u32::from_le_bytes(footer[8..12].try_into().expect("4")) as usize;
+    let row_width = u32::from_le_bytes(footer[12..16].try_into().expect("4")) as usize;
+    if footer.len() != 16 + partitions * 16 {
+        return Err("footer length does not match its partition count".into());
+    }
+    let mut index = Vec::with_capacity(partitions);
+    let mut expected = 0u64;
+    for p in 0..partitions {
+        let at = 16 + p * 16;
+        let offset = u64::from_le_bytes(footer[at..at + 8].try_into().expect("8"));
+        let rows = u64::from_le_bytes(footer[at + 8..at + 16].try_into().expect("8"));
+        if offset != expected {
+            return Err(format!(
+                "partition {p} starts at {offset}, expected {expected}"
+            ));
+        }
+        expected = rows
+            .checked_mul(8 + row_width as u64)
+            .and_then(|b| b.checked_add(offset))
+            .ok_or("partition sizes overflow")?;
+        index.push((offset, rows));
+    }
+    if expected + footer.len() as u64 + 16 != file_size {
+        return Err("partitions and footer do not fill the file exactly".into());
+    }
+    Ok(Footer {
+        row_width,
+        partitions: index,
+    })
+}
+
+fn decode_partition(bytes: &[u8], rows: usize, row_width: usize, pq: bool) -> Partition {
+    let (addrs, payload) = bytes.split_at(rows * 8);
+    let addrs = addrs
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8")))
+        .collect();
+    if pq {
+        Partition {
+            addrs,
+            codes: payload[..rows * row_width].to_vec(),
+            vectors: vec![],
+        }
+    } else {
+        let vectors = payload
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4")))
+            .collect();
+        Partition {
+            addrs,
+            codes: vec![],
+            vectors,
+        }
+    }
+}
+
+/// A byte-bounded cache of segment footers and partitions, shared by a session's queries.
+#[derive(Debug)]
+pub struct PartitionCache {
+    budget: AtomicUsize,
+    state: Mutex<CacheState>,
+}
+
+#[derive(Debug, Default)]
+struct CacheState {
+    footers: HashMap<String, Arc<Footer>>,
+    models: HashMap<String, Arc<IvfModel>>,
+    partitions: HashMap<(String, usize), Arc<Partition>>,
+    order: VecDeque<(String, usize)>,
+    bytes: usize,
+}
+
+impl PartitionCache {
+    pub fn new(budget_bytes: usize) -> Self {
+        Self {
+            budget: AtomicUsize::new(budget_bytes),
+            state: Mutex::new(CacheState::default()),
+        }
+    }
+
+    /// Changes the byte budget (the session option may change between queries).
+    pub fn set_budget(&self, bytes: usize) {
+        self.budget.store(bytes, AtomicOrdering::Relaxed);
+    }
+
+    pub fn cached_bytes(&self) -> usize {
+        self.state.lock().expect("cache lock").bytes
+    }
+
+    /// Reads an index's model file (cached: models are small, shared and immutable).
+    pub async fn model(&self, dir: &TableDir, def: &IndexDef) -> Result<Arc<IvfModel>> {
+        let key = format!("{}/{}", dir.name(), def.model_file);
+        if let Some(m) = self.state.lock().expect("cache lock").models.get(&key) {
+            return Ok(m.clone());
+        }
+        let path = dir.path(&def.model_file);
+        let bytes = dir
+            .store()
+            .get(&path)
+            .await
+            .map_err(|e| FormatError::store(&path, e))?
+            .bytes()
+            .await
+            .map_err(|e| FormatError::store(&path, e))?;
+        let model = Arc::new(IvfModel::decode(&bytes).map_err(|r| FormatError::corrupt(&path, r))?);
+        if model.metric != def.metric || model.partitions() != def.num_partitions as usize {
+            return Err(FormatError::corrupt(
+                &path,
+                "model does not match its index definition",
+            ));
+        }
+        self.state
+            .lock()
+            .expect("cache lock")
+            .models
+            .insert(key, model.clone());
+        Ok(model)
+    }
+
+    /// Reads a segment's footer (cached: footers are tiny and files immutable).
+    pub async fn footer(&self, dir: &TableDir, file: &str, size: u64) -> Result<Arc<Footer>> {
+        let key = format!("{}/{file}", dir.name());
+        if let Some(f) = self.state.lock().expect("cache lock").footers.get(&key) {
+            return Ok(f.clone());
+        }
+        let path = dir.path(file);
+        let corrupt = |reason: String| FormatError::corrupt(&path, reason);
+        if size < 16 {
+            return Err(corrupt("too small to be a segment file".into()));
+        }
+        let tail = dir
+            .store()
+            .get_range(&path, size - 16..size)
+            .await
+            .map_err(|e| FormatError::store(&path, e))?;
+        if &tail[8..] != END_MAGIC {
+            return Err(corrupt("not a fragvec segment file (bad end magic)".into()));
+        }
+        let footer_len = u64::from_le_bytes(tail[..8].try_into().expect("8"));
+        if footer_len + 16 > size {
+            return Err(corrupt("footer longer than the file".into()));
+        }
+        let bytes = dir
+            .store()
+            .get_range(&path, size - 16 - footer_len..size - 16)
+            .await
+            .map_err(|e| FormatError::store(&path, e))?;
+        let footer = Arc::new(decode_footer(&bytes, size).map_err(corrupt)?);
+        self.state
+            .lock()
+            .expect("cache lock")
+            .footers
+            .insert(key, footer.clone());
+        Ok(footer)
+    }
+
+    /// Reads one partition through the cache.
+    pub async fn partition(
+        &self,
+        dir: &TableDir,
+        file: &str,
+        footer: &Footer,
+        p: usize,
+        pq: bool,
+    ) -> Result<Arc<Partition>> {
+        let key = (format!("{}/{file}", dir.name()), p);
+        if let Some(hit) = self.state.lock().expect("cache lock").partitions.get(&key) {
+            return Ok(hit.clone());
+        }
+        let rows = footer.partitions[p].1 as usize;
+        let partition = if rows == 0 {
+            Arc::new(Partition::default())
+        } else {
+            let path = dir.path(file);
+            let bytes: Bytes = dir
+                .store()
+                .get_range(&path, footer.range(p))
+                .await
+                .map_err(|e| FormatError::store(&path, e))?;
+            Arc::new(decode_partition(&bytes, rows, footer.row_width, pq))
+        };
+        let size = partition.bytes();
+        let budget = self.budget.load(AtomicOrdering::Relaxed);
+        let mut state = self.state.lock().expect("cache lock");
+        if size <= budget {
+            while state.bytes + size > budget {
+                let Some(old) = state.order.pop_front() else {
+                    break;
+                };
+                if let Some(evicted) = state.partitions.remove(&old) {
+                    state.bytes -= evicted.bytes();
+                }
+            }
+            if state
+                .partitions
+                .insert(key.clone(), partition.clone())
+                .is_none()
+            {
+                state.bytes += size;
+                state.order.push_back(key);
+            }
+        }
+        Ok(partition)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts() -> Vec<Partition> {
+        vec![
+            Partition {
+                addrs: vec![1, 2],
+                codes: vec![],
+                vectors: vec![1.0, 2.0, 3.0, 4.0],
+            },
+            Partition::default(),
+            Partition {
+                addrs: vec![9],
+                codes: vec![],
+                vectors: vec![5.0, 6.0],
+            },
+        ]
+    }
+
+    fn split(bytes: &[u8]) -> (&[u8], u64) {
+        let n = bytes.len();
+        let footer_len = u64::from_le_bytes(bytes[n - 16..n - 8].try_into().unwrap()) as usize;
+        (&bytes[n - 16 - footer_len..n - 16], n as u64)
+    }
+
+    #[test]
+    fn partitions_round_trip() {
+        let bytes = encode(&parts(), 8);
+        let (footer, size) = split(&bytes);
+        let footer = decode_footer(footer, size).unwrap();
+        assert_eq!(footer.rows(), 3);
+        for (p, expected) in parts().iter().enumerate() {
+            let r = footer.range(p);
+            let got = decode_partition(
+                &bytes[r.start as usize..r.end as usize],
+                expected.len(),
+                8,
+                false,
+            );
+            assert_eq!(&got, expected);
+        }
+    }
+
+    #[test]
+    fn damaged_footers_are_refused() {
+        let bytes = encode(&parts(), 8);
+        let (footer, size) = split(&bytes);
+        assert!(decode_footer(footer, size + 1).is_err());
+        let mut bad = footer.to_vec();
+        bad[16] = 7; // first partition offset
+        assert!(decode_footer(&bad, size).is_err());
+        assert!(decode_footer(&footer[..footer.len() - 1], size).is_err());
+        let mut bad = footer.to_vec();
+        bad[0] = b'x';
+        assert!(decode_footer(&bad, size).is_err());
+    }
+}
