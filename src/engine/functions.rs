@@ -1,4 +1,5 @@
-//! Introspection table functions: `fragvec_fragments('t')` and `fragvec_versions('t')`.
+//! Introspection table functions: `fragvec_fragments('t')`, `fragvec_versions('t')`,
+//! `fragvec_indexes('t')` and `fragvec_segments('t')`.
 //!
 //! Table functions are called synchronously while a query is planned, so they return a
 //! provider with a fixed schema and do their reading when the query is executed.
@@ -22,6 +23,8 @@ use crate::format::{Database, FormatError, Manifest};
 enum Kind {
     Fragments,
     Versions,
+    Indexes,
+    Segments,
 }
 
 impl Kind {
@@ -29,6 +32,8 @@ impl Kind {
         match self {
             Kind::Fragments => "fragvec_fragments",
             Kind::Versions => "fragvec_versions",
+            Kind::Indexes => "fragvec_indexes",
+            Kind::Segments => "fragvec_segments",
         }
     }
 
@@ -55,12 +60,33 @@ impl Kind {
                 u64("fragments"),
                 u64("rows"),
             ],
+            Kind::Indexes => vec![
+                Field::new("name", DataType::Utf8, false),
+                Field::new("column", DataType::Utf8, false),
+                Field::new("type", DataType::Utf8, false),
+                Field::new("metric", DataType::Utf8, false),
+                u64("num_partitions"),
+                u64("segments"),
+                u64("rows"),
+                u64("unindexed_fragments"),
+                u64("created_at_version"),
+            ],
+            Kind::Segments => vec![
+                Field::new("index", DataType::Utf8, false),
+                u64("segment_id"),
+                Field::new("metric", DataType::Utf8, false),
+                u64("rows"),
+                Field::new("fragment_bitmap", DataType::Utf8, false),
+                Field::new("invalidated_fragments", DataType::Utf8, false),
+                u64("built_at_version"),
+                u64("size_bytes"),
+            ],
         }))
     }
 }
 
 pub fn register(ctx: &SessionContext, db: &Database) {
-    for kind in [Kind::Fragments, Kind::Versions] {
+    for kind in [Kind::Fragments, Kind::Versions, Kind::Indexes, Kind::Segments] {
         ctx.register_udtf(
             kind.name(),
             Arc::new(Introspect {
@@ -133,6 +159,44 @@ impl IntrospectTable {
                         f.iter()
                             .map(|f| f.deletion.as_ref().map(|d| d.path.clone())),
                     )),
+                ]
+            }
+            Kind::Indexes => {
+                let snapshot = dir.latest().await?;
+                let m = &snapshot.manifest;
+                let i = &m.indexes;
+                let segments = |name: &str| m.segments_of(name).count() as u64;
+                let rows = |name: &str| m.segments_of(name).map(|s| s.rows).sum::<u64>();
+                let unindexed =
+                    |name: &str| crate::engine::index_ops::unowned_fragments(&snapshot, name).len() as u64;
+                vec![
+                    Arc::new(StringArray::from_iter_values(i.iter().map(|d| d.name.as_str()))),
+                    Arc::new(StringArray::from_iter_values(i.iter().map(|d| d.column.as_str()))),
+                    Arc::new(StringArray::from_iter_values(i.iter().map(|d| d.kind.name()))),
+                    Arc::new(StringArray::from_iter_values(i.iter().map(|d| d.metric.as_str()))),
+                    Arc::new(UInt64Array::from_iter_values(i.iter().map(|d| d.num_partitions as u64))),
+                    Arc::new(UInt64Array::from_iter_values(i.iter().map(|d| segments(&d.name)))),
+                    Arc::new(UInt64Array::from_iter_values(i.iter().map(|d| rows(&d.name)))),
+                    Arc::new(UInt64Array::from_iter_values(i.iter().map(|d| unindexed(&d.name)))),
+                    Arc::new(UInt64Array::from_iter_values(i.iter().map(|d| d.created_at_version))),
+                ]
+            }
+            Kind::Segments => {
+                let m = dir.latest().await?.manifest;
+                let s = &m.index_segments;
+                let metric = |name: &str| m.index(name).map_or("", |d| d.metric.as_str());
+                let list = |set: &std::collections::BTreeSet<u64>| {
+                    set.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(",")
+                };
+                vec![
+                    Arc::new(StringArray::from_iter_values(s.iter().map(|x| x.index.as_str()))),
+                    Arc::new(UInt64Array::from_iter_values(s.iter().map(|x| x.id))),
+                    Arc::new(StringArray::from_iter_values(s.iter().map(|x| metric(&x.index)))),
+                    Arc::new(UInt64Array::from_iter_values(s.iter().map(|x| x.rows))),
+                    Arc::new(StringArray::from_iter_values(s.iter().map(|x| list(&x.fragment_bitmap)))),
+                    Arc::new(StringArray::from_iter_values(s.iter().map(|x| list(&x.invalidated_fragments)))),
+                    Arc::new(UInt64Array::from_iter_values(s.iter().map(|x| x.built_at_version))),
+                    Arc::new(UInt64Array::from_iter_values(s.iter().map(|x| x.size_bytes))),
                 ]
             }
             Kind::Versions => {

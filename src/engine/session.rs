@@ -131,7 +131,6 @@ impl FragvecSession {
         }
         catalog.register_schema(&schema_name, schema.clone())?;
         functions::register(&ctx, &db);
-        udf::register(&ctx);
         {
             // The KNN rule runs after DataFusion's own physical optimizations.
             let state = ctx.state_ref();
@@ -147,6 +146,9 @@ impl FragvecSession {
                 *state = rebuilt;
             }
         }
+        // After the rebuild above: rebuilding re-registers every function in arbitrary order,
+        // which could let DataFusion's `inner_product` (alias `dot_product`) win again.
+        udf::register(&ctx);
         Ok(Self { ctx, schema })
     }
 

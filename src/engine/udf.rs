@@ -65,13 +65,20 @@ impl DistanceKind {
 pub struct DistanceUdf {
     kind: DistanceKind,
     signature: Signature,
+    aliases: Vec<String>,
 }
 
 impl DistanceUdf {
     pub fn new(kind: DistanceKind) -> Self {
+        // `dot_product` is DataFusion's alias of its own `inner_product`; take it over too.
+        let aliases = match kind {
+            DistanceKind::InnerProduct => vec!["dot_product".to_string()],
+            _ => vec![],
+        };
         Self {
             kind,
             signature: Signature::user_defined(Volatility::Immutable),
+            aliases,
         }
     }
 }
@@ -107,6 +114,10 @@ impl ScalarUDFImpl for DistanceUdf {
 
     fn signature(&self) -> &Signature {
         &self.signature
+    }
+
+    fn aliases(&self) -> &[String] {
+        &self.aliases
     }
 
     fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {

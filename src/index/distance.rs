@@ -82,7 +82,8 @@ pub fn cosine_distance(a: &[f32], b: &[f32]) -> Option<f32> {
     if aa == 0.0 || bb == 0.0 {
         return None;
     }
-    Some(1.0 - ab / (aa.sqrt() * bb.sqrt()))
+    // Rounding can push |cos| a hair past 1; the distance is clamped to its range [0, 2].
+    Some((1.0 - ab / (aa.sqrt() * bb.sqrt())).clamp(0.0, 2.0))
 }
 
 /// The ordering key of `v` for query `q` under `metric`: smaller is nearer (`Dot` orders by
