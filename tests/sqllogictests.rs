@@ -83,7 +83,9 @@ impl AsyncDB for Db {
 /// A row whose last cell spans several lines (EXPLAIN) becomes one row per line, so expected
 /// output can be written line by line.
 fn split_multiline(mut row: Vec<String>) -> Vec<Vec<String>> {
-    let Some(last) = row.pop() else { return vec![row] };
+    let Some(last) = row.pop() else {
+        return vec![row];
+    };
     let mut lines = last.lines();
     row.push(lines.next().unwrap_or_default().to_string());
     let mut out = vec![row];

@@ -86,7 +86,12 @@ impl Kind {
 }
 
 pub fn register(ctx: &SessionContext, db: &Database) {
-    for kind in [Kind::Fragments, Kind::Versions, Kind::Indexes, Kind::Segments] {
+    for kind in [
+        Kind::Fragments,
+        Kind::Versions,
+        Kind::Indexes,
+        Kind::Segments,
+    ] {
         ctx.register_udtf(
             kind.name(),
             Arc::new(Introspect {
@@ -167,18 +172,37 @@ impl IntrospectTable {
                 let i = &m.indexes;
                 let segments = |name: &str| m.segments_of(name).count() as u64;
                 let rows = |name: &str| m.segments_of(name).map(|s| s.rows).sum::<u64>();
-                let unindexed =
-                    |name: &str| crate::engine::index_ops::unowned_fragments(&snapshot, name).len() as u64;
+                let unindexed = |name: &str| {
+                    crate::engine::index_ops::unowned_fragments(&snapshot, name).len() as u64
+                };
                 vec![
-                    Arc::new(StringArray::from_iter_values(i.iter().map(|d| d.name.as_str()))),
-                    Arc::new(StringArray::from_iter_values(i.iter().map(|d| d.column.as_str()))),
-                    Arc::new(StringArray::from_iter_values(i.iter().map(|d| d.kind.name()))),
-                    Arc::new(StringArray::from_iter_values(i.iter().map(|d| d.metric.as_str()))),
-                    Arc::new(UInt64Array::from_iter_values(i.iter().map(|d| d.num_partitions as u64))),
-                    Arc::new(UInt64Array::from_iter_values(i.iter().map(|d| segments(&d.name)))),
-                    Arc::new(UInt64Array::from_iter_values(i.iter().map(|d| rows(&d.name)))),
-                    Arc::new(UInt64Array::from_iter_values(i.iter().map(|d| unindexed(&d.name)))),
-                    Arc::new(UInt64Array::from_iter_values(i.iter().map(|d| d.created_at_version))),
+                    Arc::new(StringArray::from_iter_values(
+                        i.iter().map(|d| d.name.as_str()),
+                    )),
+                    Arc::new(StringArray::from_iter_values(
+                        i.iter().map(|d| d.column.as_str()),
+                    )),
+                    Arc::new(StringArray::from_iter_values(
+                        i.iter().map(|d| d.kind.name()),
+                    )),
+                    Arc::new(StringArray::from_iter_values(
+                        i.iter().map(|d| d.metric.as_str()),
+                    )),
+                    Arc::new(UInt64Array::from_iter_values(
+                        i.iter().map(|d| d.num_partitions as u64),
+                    )),
+                    Arc::new(UInt64Array::from_iter_values(
+                        i.iter().map(|d| segments(&d.name)),
+                    )),
+                    Arc::new(UInt64Array::from_iter_values(
+                        i.iter().map(|d| rows(&d.name)),
+                    )),
+                    Arc::new(UInt64Array::from_iter_values(
+                        i.iter().map(|d| unindexed(&d.name)),
+                    )),
+                    Arc::new(UInt64Array::from_iter_values(
+                        i.iter().map(|d| d.created_at_version),
+                    )),
                 ]
             }
             Kind::Segments => {
@@ -186,17 +210,32 @@ impl IntrospectTable {
                 let s = &m.index_segments;
                 let metric = |name: &str| m.index(name).map_or("", |d| d.metric.as_str());
                 let list = |set: &std::collections::BTreeSet<u64>| {
-                    set.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(",")
+                    set.iter()
+                        .map(|f| f.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
                 };
                 vec![
-                    Arc::new(StringArray::from_iter_values(s.iter().map(|x| x.index.as_str()))),
+                    Arc::new(StringArray::from_iter_values(
+                        s.iter().map(|x| x.index.as_str()),
+                    )),
                     Arc::new(UInt64Array::from_iter_values(s.iter().map(|x| x.id))),
-                    Arc::new(StringArray::from_iter_values(s.iter().map(|x| metric(&x.index)))),
+                    Arc::new(StringArray::from_iter_values(
+                        s.iter().map(|x| metric(&x.index)),
+                    )),
                     Arc::new(UInt64Array::from_iter_values(s.iter().map(|x| x.rows))),
-                    Arc::new(StringArray::from_iter_values(s.iter().map(|x| list(&x.fragment_bitmap)))),
-                    Arc::new(StringArray::from_iter_values(s.iter().map(|x| list(&x.invalidated_fragments)))),
-                    Arc::new(UInt64Array::from_iter_values(s.iter().map(|x| x.built_at_version))),
-                    Arc::new(UInt64Array::from_iter_values(s.iter().map(|x| x.size_bytes))),
+                    Arc::new(StringArray::from_iter_values(
+                        s.iter().map(|x| list(&x.fragment_bitmap)),
+                    )),
+                    Arc::new(StringArray::from_iter_values(
+                        s.iter().map(|x| list(&x.invalidated_fragments)),
+                    )),
+                    Arc::new(UInt64Array::from_iter_values(
+                        s.iter().map(|x| x.built_at_version),
+                    )),
+                    Arc::new(UInt64Array::from_iter_values(
+                        s.iter().map(|x| x.size_bytes),
+                    )),
                 ]
             }
             Kind::Versions => {
