@@ -39,7 +39,7 @@ use crate::format::{
     self, Database, FormatError, NewFragment, NewRowIds, Operation, TableProperties,
 };
 use crate::sql::finder::{self, DmlTarget, Finder, TargetColumn};
-use crate::sql::{FragvecStatement, parse_statements, pin};
+use crate::sql::{FragvecStatement, knn_call, parse_statements, pin};
 
 /// What one statement produced.
 #[derive(Debug, Clone)]
@@ -339,6 +339,24 @@ impl FragvecSession {
         };
         if matches!(target, Statement::CreateView(_)) {
             return Ok(statement); // a view reads the latest version each time it is used
+        }
+        // knn(...) calls become top-k queries over their table, using its index's metric.
+        let calls = knn_call::knn_calls(target)?;
+        if !calls.is_empty() {
+            let mut metrics = HashMap::new();
+            for call in calls {
+                if let Ok(dir) = self.database().table(&call.table)
+                    && let Ok(snapshot) = Arc::new(dir).latest().await
+                    && let Some(index) = snapshot
+                        .manifest
+                        .indexes
+                        .iter()
+                        .find(|i| i.column == call.column)
+                {
+                    metrics.insert((call.table, call.column), index.metric);
+                }
+            }
+            knn_call::rewrite_knn_calls(target, &metrics)?;
         }
         let mut latest = HashMap::new();
         for table in pin::referenced_tables(target) {

@@ -3,20 +3,23 @@
 //! Readers return a fragment's **physical** rows in offset order (deleted rows included); the
 //! scan layer applies deletion vectors, because only it knows which offsets it needs.
 
-use std::collections::VecDeque;
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 // `ParquetObjectReader` is deprecated in parquet 59 in favour of hand-written readers; it is
 // still what DataFusion 55 itself builds on, and it does exactly the range reads we want.
 use datafusion::parquet::arrow::ProjectionMask;
-use datafusion::parquet::arrow::arrow_reader::RowSelection;
+use datafusion::parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, RowSelection,
+};
 #[allow(deprecated)]
 use datafusion::parquet::arrow::async_reader::ParquetObjectReader;
 use datafusion::parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use datafusion::parquet::arrow::async_writer::AsyncArrowWriter;
 use datafusion::parquet::basic::Compression;
+use datafusion::parquet::errors::ParquetError;
 use datafusion::parquet::file::properties::WriterProperties;
 use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt, TryStreamExt};
@@ -41,7 +44,39 @@ fn writer_properties() -> WriterProperties {
     WriterProperties::builder()
         .set_compression(Compression::LZ4_RAW)
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        // Small pages (and the page index the writer adds by default) let a reader that wants
+        // a few rows by offset, as a KNN query does, decode a few small pages instead of
+        // whole column chunks.
+        .set_data_page_size_limit(PAGE_BYTES)
         .build()
+}
+
+/// Target size of a Parquet data page.
+const PAGE_BYTES: usize = 64 * 1024;
+
+/// Parquet footers (with page indexes) of recently read data files. Data files are
+/// immutable and named uniquely, so an entry never goes stale; the map is bounded by count.
+static METADATA: LazyLock<Mutex<HashMap<String, ArrowReaderMetadata>>> =
+    LazyLock::new(Default::default);
+const METADATA_ENTRIES: usize = 4096;
+
+#[allow(deprecated)]
+async fn reader_metadata(
+    reader: &mut ParquetObjectReader,
+    key: &str,
+) -> std::result::Result<ArrowReaderMetadata, ParquetError> {
+    if let Some(m) = METADATA.lock().expect("metadata cache").get(key) {
+        return Ok(m.clone());
+    }
+    let metadata =
+        ArrowReaderMetadata::load_async(reader, ArrowReaderOptions::new().with_page_index(true))
+            .await?;
+    let mut cache = METADATA.lock().expect("metadata cache");
+    if cache.len() >= METADATA_ENTRIES {
+        cache.clear();
+    }
+    cache.insert(key.to_string(), metadata.clone());
+    Ok(metadata)
 }
 
 /// Writes one Parquet file of rows in `schema`, returning it (with the rows written).
@@ -275,11 +310,11 @@ fn read_file(
             source: e,
         };
         #[allow(deprecated)]
-        let reader = ParquetObjectReader::new(dir.store().clone(), path.clone())
+        let mut reader = ParquetObjectReader::new(dir.store().clone(), path.clone())
             .with_file_size(file.size_bytes);
-        let builder = ParquetRecordBatchStreamBuilder::new(reader)
-            .await
-            .map_err(perr)?;
+        let key = format!("{}:{}", dir.store(), path);
+        let metadata = reader_metadata(&mut reader, &key).await.map_err(perr)?;
+        let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata);
         let file_rows = builder.metadata().file_metadata().num_rows() as u64;
         if file_rows != expected_rows {
             return Err(FormatError::corrupt(

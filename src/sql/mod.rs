@@ -5,6 +5,7 @@
 //! [`crate::engine::FragvecSession`]'s job.
 
 pub mod finder;
+pub mod knn_call;
 pub mod parser;
 pub mod pin;
 
