@@ -61,6 +61,41 @@ const TOUR: &[(&str, &str)] = &[
         "SELECT count(*) AS rows FROM demo_items VERSION AS OF 2",
     ),
     ("And now", "SELECT count(*) AS rows FROM demo_items"),
+    (
+        "A vector index: IVF with 16 partitions",
+        "CREATE VECTOR INDEX demo_emb ON demo_items (emb) USING IVF_FLAT WITH (num_partitions = 16)",
+    ),
+    (
+        "Nearest neighbours through the index (EXPLAIN shows KnnExec)",
+        "EXPLAIN SELECT id FROM demo_items ORDER BY l2_distance(emb, [1, 0, 1, 0]) LIMIT 5",
+    ),
+    (
+        "",
+        "SELECT id, category, l2_distance(emb, [1, 0, 1, 0]) AS distance FROM demo_items \
+         ORDER BY distance LIMIT 5",
+    ),
+    (
+        "WHERE filters before the top-k: always k qualifying rows",
+        "SELECT id, category, l2_distance(emb, [1, 0, 1, 0]) AS distance FROM demo_items \
+         WHERE category = 'green' ORDER BY distance LIMIT 3",
+    ),
+    (
+        "New rows are found before the index is optimized (scored by brute force)",
+        "INSERT INTO demo_items VALUES (30000, 'fresh', [1, 0, 1, 0])",
+    ),
+    (
+        "",
+        "SELECT id, _distance FROM knn('demo_items', 'emb', [1, 0, 1, 0], 2)",
+    ),
+    (
+        "Index them as a new segment",
+        "OPTIMIZE INDEX demo_emb ON demo_items",
+    ),
+    (
+        "",
+        "SELECT index, segment_id, rows, fragment_bitmap, invalidated_fragments \
+         FROM fragvec_segments('demo_items')",
+    ),
 ];
 
 pub async fn run(session: &FragvecSession, format: Format) -> Result<(), String> {

@@ -25,7 +25,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Float32Type, Schema, SchemaR
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
-use datafusion::physical_expr::utils::reassign_expr_columns;
+use datafusion::physical_expr::utils::{collect_columns, reassign_expr_columns};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{
@@ -43,13 +43,39 @@ use super::options::FragvecOptions;
 use super::scan::{FragmentScanExec, ROW_ADDR, ROW_ID, ScanSpec, VirtualColumns};
 use crate::format::fragment_io::read_fragment_rows;
 use crate::format::index_meta::IndexDef;
-use crate::format::{Fragment, Manifest, Snapshot, row_address, split_row_address};
+use crate::format::read_fragment;
+use crate::format::{Fragment, Snapshot, row_address, split_row_address};
 use crate::index::distance::{Metric, metric_key};
 use crate::index::search::{Candidate, RowMask, SearchStats, TopK, score_flat, score_pq};
-use crate::index::segment::PartitionCache;
+use crate::index::segment::{ColumnVectors, PartitionCache};
 
 /// Filters admitting at most this many rows are answered by scoring exactly those rows.
 const EXACT_FILTER_ROWS: u64 = 4096;
+
+/// Decodes the vector column of a fragment (all physical rows).
+async fn load_vectors(
+    dir: Arc<crate::format::TableDir>,
+    fragment: Fragment,
+    schema: SchemaRef,
+) -> crate::format::Result<ColumnVectors> {
+    let mut out = ColumnVectors::default();
+    let mut stream = read_fragment(dir, &fragment, schema, 8192);
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        let list = batch.column(0).as_fixed_size_list();
+        out.dim = list.value_length() as usize;
+        out.values
+            .extend_from_slice(list.values().as_primitive::<Float32Type>().values());
+        out.valid.extend((0..list.len()).map(|i| list.is_valid(i)));
+    }
+    if out.valid.len() as u64 != fragment.physical_rows {
+        return Err(crate::format::FormatError::corrupt(
+            format!("fragment {}", fragment.id),
+            "vector column row count differs from the fragment's",
+        ));
+    }
+    Ok(out)
+}
 
 /// What the query asks for.
 #[derive(Debug, Clone, PartialEq)]
@@ -214,6 +240,7 @@ impl ExecutionPlan for KnnExec {
                 exact_fallbacks: counter("exact_fallbacks"),
             },
             output_schema: self.schema.clone(),
+            allowed: None,
         };
         let stream = futures::stream::once(async move { search.run().await });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
@@ -255,6 +282,8 @@ struct Search {
     ctx: Arc<TaskContext>,
     counters: Counters,
     output_schema: SchemaRef,
+    /// Addresses of the rows passing the WHERE filter (`None`: no filter).
+    allowed: Option<RoaringTreemap>,
 }
 
 impl Search {
@@ -262,32 +291,31 @@ impl Search {
         &self.scan.snapshot
     }
 
-    async fn run(self) -> Result<RecordBatch> {
+    async fn run(mut self) -> Result<RecordBatch> {
         let k = self.query.k;
-        let allowed = match &self.scan.predicate {
-            Some(_) => Some(self.allow_list().await?),
-            None => None,
+        if self.scan.predicate.is_some() {
+            self.allowed = Some(self.allow_list().await?);
+        }
+        let qualifying = match &self.allowed {
+            Some(a) => a.len(),
+            None => self.snapshot().manifest.live_rows(),
         };
-        let candidates = match (&self.index, &allowed) {
-            (_, Some(a)) if a.len() <= EXACT_FILTER_ROWS.max(k as u64) => {
+        let candidates = match &self.index {
+            _ if self.allowed.is_some() && qualifying <= EXACT_FILTER_ROWS.max(k as u64) => {
                 // Few qualifying rows: score exactly them.
-                let addrs: Vec<u64> = a.iter().collect();
+                let addrs: Vec<u64> = self.allowed.iter().flat_map(|a| a.iter()).collect();
                 let mut top = TopK::new(k);
                 for c in self.score_addresses(&addrs).await? {
                     top.push(c);
                 }
                 top.into_sorted()
             }
-            (None, _) => {
+            None => {
                 self.brute_force(&self.snapshot().manifest.fragments)
                     .await?
             }
-            (Some(index), _) => {
-                let found = self.indexed(index, allowed.as_ref()).await?;
-                let qualifying = match &allowed {
-                    Some(a) => a.len(),
-                    None => self.snapshot().manifest.live_rows(),
-                };
+            Some(index) => {
+                let found = self.indexed(index).await?;
                 if found.len() < k && (found.len() as u64) < qualifying {
                     // Rows the index cannot return (NULL vectors) would be in the exact answer.
                     self.counters.exact_fallbacks.add(1);
@@ -329,12 +357,19 @@ impl Search {
         output: &[&str],
     ) -> Result<ScanSpec> {
         let table = &snapshot.schema;
-        let wanted: BTreeSet<usize> = self
+        // Only the filter's columns and the ones asked for: never the whole scan's columns
+        // (which include the vector column the query sorts by).
+        let filter_columns: Vec<String> = self
             .scan
-            .read_schema
-            .fields()
+            .predicate
             .iter()
-            .map(|f| f.name().as_str())
+            .flat_map(collect_columns)
+            .map(|c| c.name().to_string())
+            .filter(|n| table.index_of(n).is_ok())
+            .collect();
+        let wanted: BTreeSet<usize> = filter_columns
+            .iter()
+            .map(|n| n.as_str())
             .chain(extra.iter().copied())
             .map(|n| table.index_of(n))
             .collect::<std::result::Result<_, _>>()?;
@@ -372,24 +407,54 @@ impl Search {
         })
     }
 
-    /// Exact top-k over `fragments` (scan order irrelevant), with deletions and the filter.
+    /// Exact top-k over `fragments`, with deletions and the filter. Each fragment's vector
+    /// column is decoded once and kept in the session's cache (within its byte budget), so
+    /// repeated exact queries score from memory.
     async fn brute_force(&self, fragments: &[Fragment]) -> Result<Vec<Candidate>> {
-        let mut manifest: Manifest = (*self.snapshot().manifest).clone();
-        manifest.fragments = fragments.to_vec();
-        let snapshot = Snapshot {
-            manifest: Arc::new(manifest),
-            ..self.snapshot().clone()
-        };
+        let dir = &self.snapshot().dir;
         let column = self.query.column.as_str();
-        let spec = self.derived_spec(snapshot, &[column], &[column, ROW_ADDR])?;
-        let mut stream = FragmentScanExec::new(spec)?.execute(0, self.ctx.clone())?;
+        let field = self.snapshot().schema.field_with_name(column)?.clone();
+        let schema = Arc::new(Schema::new(vec![field]));
+        let q = &self.query.vector;
         let mut top = TopK::new(self.query.k);
         let mut rows = 0usize;
-        while let Some(batch) = stream.next().await {
-            let batch = batch?;
-            rows += batch.num_rows();
-            let addrs = batch.column(1).as_primitive::<UInt64Type>();
-            self.score_column(batch.column(0), addrs.values(), &mut |c| top.push(c));
+        for fragment in fragments {
+            let file = fragment.file_for_column(column).ok_or_else(|| {
+                DataFusionError::Internal(format!(
+                    "fragment {} has no file for {column}",
+                    fragment.id
+                ))
+            })?;
+            let key = format!("{}/{}:{column}", dir.name(), file.path);
+            let vectors = self
+                .cache
+                .vectors(&key, || {
+                    load_vectors(dir.clone(), fragment.clone(), schema.clone())
+                })
+                .await?;
+            let deleted = dir.read_deletions(fragment).await?;
+            let dim = vectors.dim;
+            for offset in 0..fragment.physical_rows {
+                let addr = row_address(fragment.id, offset);
+                if deleted.contains(offset as u32)
+                    || self.allowed.as_ref().is_some_and(|a| !a.contains(addr))
+                {
+                    continue;
+                }
+                rows += 1;
+                let i = offset as usize;
+                let key = if vectors.valid[i] && dim == q.len() {
+                    metric_key(
+                        self.query.metric,
+                        q,
+                        &vectors.values[i * dim..(i + 1) * dim],
+                    )
+                    .unwrap_or(f32::INFINITY)
+                } else {
+                    f32::INFINITY
+                };
+                top.push(Candidate { key, addr });
+            }
         }
         self.counters.rows_scored.add(rows);
         Ok(top.into_sorted())
@@ -470,11 +535,8 @@ impl Search {
     }
 
     /// Index search plus brute force over fragments no segment owns.
-    async fn indexed(
-        &self,
-        index: &IndexDef,
-        allowed: Option<&RoaringTreemap>,
-    ) -> Result<Vec<Candidate>> {
+    async fn indexed(&self, index: &IndexDef) -> Result<Vec<Candidate>> {
+        let allowed = self.allowed.as_ref();
         let snapshot = self.snapshot();
         let manifest = &snapshot.manifest;
         let dir = &snapshot.dir;

@@ -154,6 +154,38 @@ fn decode_partition(bytes: &[u8], rows: usize, row_width: usize, pq: bool) -> Pa
     }
 }
 
+/// The vector column of one fragment's data file, decoded, for brute-force scoring.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ColumnVectors {
+    pub dim: usize,
+    /// `rows × dim` floats; a NULL row's slots are zero.
+    pub values: Vec<f32>,
+    /// Per row: whether the vector is non-NULL.
+    pub valid: Vec<bool>,
+}
+
+impl ColumnVectors {
+    fn bytes(&self) -> usize {
+        self.values.len() * 4 + self.valid.len()
+    }
+}
+
+/// What the byte budget holds.
+#[derive(Debug, Clone)]
+enum Entry {
+    Partition(Arc<Partition>),
+    Vectors(Arc<ColumnVectors>),
+}
+
+impl Entry {
+    fn bytes(&self) -> usize {
+        match self {
+            Entry::Partition(p) => p.bytes(),
+            Entry::Vectors(v) => v.bytes(),
+        }
+    }
+}
+
 /// A byte-bounded cache of segment footers and partitions, shared by a session's queries.
 #[derive(Debug)]
 pub struct PartitionCache {
@@ -165,9 +197,31 @@ pub struct PartitionCache {
 struct CacheState {
     footers: HashMap<String, Arc<Footer>>,
     models: HashMap<String, Arc<IvfModel>>,
-    partitions: HashMap<(String, usize), Arc<Partition>>,
+    /// Partitions keyed by (segment file, partition); decoded vector columns by (data file, 0).
+    entries: HashMap<(String, usize), Entry>,
     order: VecDeque<(String, usize)>,
     bytes: usize,
+}
+
+impl CacheState {
+    /// Inserts an entry if it fits the budget, evicting the oldest entries first.
+    fn admit(&mut self, key: (String, usize), entry: Entry, budget: usize) {
+        let size = entry.bytes();
+        if size > budget || self.entries.contains_key(&key) {
+            return;
+        }
+        while self.bytes + size > budget {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(evicted) = self.entries.remove(&old) {
+                self.bytes -= evicted.bytes();
+            }
+        }
+        self.bytes += size;
+        self.entries.insert(key.clone(), entry);
+        self.order.push_back(key);
+    }
 }
 
 impl PartitionCache {
@@ -181,6 +235,26 @@ impl PartitionCache {
     /// Changes the byte budget (the session option may change between queries).
     pub fn set_budget(&self, bytes: usize) {
         self.budget.store(bytes, AtomicOrdering::Relaxed);
+    }
+
+    /// The decoded vectors of `column` in one data file (read with `load` on a miss).
+    pub async fn vectors<F, Fut>(&self, key: &str, load: F) -> Result<Arc<ColumnVectors>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<ColumnVectors>>,
+    {
+        let key = (key.to_string(), 0);
+        if let Some(Entry::Vectors(hit)) = self.state.lock().expect("cache lock").entries.get(&key)
+        {
+            return Ok(hit.clone());
+        }
+        let vectors = Arc::new(load().await?);
+        let budget = self.budget.load(AtomicOrdering::Relaxed);
+        self.state
+            .lock()
+            .expect("cache lock")
+            .admit(key, Entry::Vectors(vectors.clone()), budget);
+        Ok(vectors)
     }
 
     pub fn cached_bytes(&self) -> usize {
@@ -264,7 +338,9 @@ impl PartitionCache {
         pq: bool,
     ) -> Result<Arc<Partition>> {
         let key = (format!("{}/{file}", dir.name()), p);
-        if let Some(hit) = self.state.lock().expect("cache lock").partitions.get(&key) {
+        if let Some(Entry::Partition(hit)) =
+            self.state.lock().expect("cache lock").entries.get(&key)
+        {
             return Ok(hit.clone());
         }
         let rows = footer.partitions[p].1 as usize;
@@ -279,27 +355,12 @@ impl PartitionCache {
                 .map_err(|e| FormatError::store(&path, e))?;
             Arc::new(decode_partition(&bytes, rows, footer.row_width, pq))
         };
-        let size = partition.bytes();
         let budget = self.budget.load(AtomicOrdering::Relaxed);
-        let mut state = self.state.lock().expect("cache lock");
-        if size <= budget {
-            while state.bytes + size > budget {
-                let Some(old) = state.order.pop_front() else {
-                    break;
-                };
-                if let Some(evicted) = state.partitions.remove(&old) {
-                    state.bytes -= evicted.bytes();
-                }
-            }
-            if state
-                .partitions
-                .insert(key.clone(), partition.clone())
-                .is_none()
-            {
-                state.bytes += size;
-                state.order.push_back(key);
-            }
-        }
+        self.state.lock().expect("cache lock").admit(
+            key,
+            Entry::Partition(partition.clone()),
+            budget,
+        );
         Ok(partition)
     }
 }
