@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::array::{
-    ArrayRef, RecordBatch, StringArray, TimestampMillisecondArray, UInt64Array,
+    ArrayRef, BooleanArray, RecordBatch, StringArray, TimestampMillisecondArray, UInt64Array,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::{MemTable, Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
@@ -18,6 +18,8 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 
 use crate::format::{Database, FormatError, Manifest};
+use crate::index::ivf::is_oversized;
+use crate::index::segment::PartitionCache;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -70,6 +72,8 @@ impl Kind {
                 u64("rows"),
                 u64("unindexed_fragments"),
                 u64("created_at_version"),
+                u64("largest_partition_rows"),
+                Field::new("needs_split", DataType::Boolean, false),
             ],
             Kind::Segments => vec![
                 Field::new("index", DataType::Utf8, false),
@@ -172,6 +176,30 @@ impl IntrospectTable {
                 let i = &m.indexes;
                 let segments = |name: &str| m.segments_of(name).count() as u64;
                 let rows = |name: &str| m.segments_of(name).map(|s| s.rows).sum::<u64>();
+                // Rows per partition across all segments: a partition far above its share
+                // makes probes slower and recall worse until a full MERGE splits it.
+                let footers = PartitionCache::new(0);
+                let mut largest = Vec::new();
+                let mut split = Vec::new();
+                for def in i.iter() {
+                    let mut per_partition = vec![0u64; def.num_partitions as usize];
+                    for seg in m.segments_of(&def.name) {
+                        let footer = footers.footer(&dir, &seg.file, seg.size_bytes).await?;
+                        for (p, (_, rows)) in footer.partitions.iter().enumerate() {
+                            if let Some(slot) = per_partition.get_mut(p) {
+                                *slot += rows;
+                            }
+                        }
+                    }
+                    let max = per_partition.iter().copied().max().unwrap_or(0);
+                    let total: u64 = per_partition.iter().sum();
+                    largest.push(max);
+                    split.push(is_oversized(
+                        max as usize,
+                        total as usize,
+                        per_partition.len(),
+                    ));
+                }
                 let unindexed = |name: &str| {
                     crate::engine::index_ops::unowned_fragments(&snapshot, name).len() as u64
                 };
@@ -203,6 +231,8 @@ impl IntrospectTable {
                     Arc::new(UInt64Array::from_iter_values(
                         i.iter().map(|d| d.created_at_version),
                     )),
+                    Arc::new(UInt64Array::from(largest)),
+                    Arc::new(BooleanArray::from(split)),
                 ]
             }
             Kind::Segments => {

@@ -373,6 +373,22 @@ async fn merge(
         partitions[p].addrs.push(addr);
         partitions[p].codes.extend(codes);
     }
+    // When the merge rewrites every segment, partitions that outgrew their share can be split:
+    // no other segment still uses the old centroids.
+    let mut model = (*model).clone();
+    let mut new_def = None;
+    if inputs.len() == all.len() && model.pq.is_none() {
+        let split = crate::index::ivf::split_oversized(&mut model, &mut partitions, build::SEED);
+        if !split.is_empty() {
+            let (model_file, model_size_bytes) = build::write_model(dir, &def.name, &model).await?;
+            new_def = Some(IndexDef {
+                num_partitions: model.partitions() as u32,
+                model_file,
+                model_size_bytes,
+                ..def.clone()
+            });
+        }
+    }
     let segment =
         build::write_partitions(dir, &def.name, &model, partitions, bitmap.clone()).await?;
     let rows = segment.rows;
@@ -383,7 +399,7 @@ async fn merge(
         index: def.name.clone(),
         remove: inputs.iter().map(|s| s.id).collect(),
         add: vec![segment],
-        def: None,
+        def: new_def,
     };
     commit(
         &snapshot,

@@ -269,3 +269,112 @@ mod tests {
         );
     }
 }
+
+/// A partition holding more than this multiple of the mean partition size is split.
+pub const SPLIT_FACTOR: f64 = 4.0;
+/// ... unless it holds fewer rows than this (small indexes are left alone).
+pub const SPLIT_MIN_ROWS: usize = 1024;
+
+/// Whether a partition of `rows` rows has outgrown its share of `total` rows over `partitions`.
+pub fn is_oversized(rows: usize, total: usize, partitions: usize) -> bool {
+    let mean = total as f64 / partitions.max(1) as f64;
+    rows >= SPLIT_MIN_ROWS && rows as f64 > SPLIT_FACTOR * mean
+}
+
+/// Splits every oversized partition of a flat index in two with 2-means: the partition keeps
+/// one centroid, a new partition (appended) gets the other, and the partition's rows move to
+/// the nearer of the two. Returns the partitions that were split. Only valid when `parts`
+/// holds every row of the index (all segments are being rewritten), since all segments share
+/// the centroids.
+pub fn split_oversized(
+    model: &mut IvfModel,
+    parts: &mut Vec<super::segment::Partition>,
+    seed: u64,
+) -> Vec<usize> {
+    assert!(model.pq.is_none(), "PQ partitions hold codes, not vectors");
+    let dim = model.dim;
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let count = parts.len();
+    let mut split = Vec::new();
+    for p in 0..count {
+        if !is_oversized(parts[p].len(), total, count) {
+            continue;
+        }
+        let prepared: Vec<Option<Vec<f32>>> = parts[p]
+            .vectors
+            .chunks_exact(dim)
+            .map(|v| model.prepare(v))
+            .collect();
+        let training: Vec<f32> = prepared.iter().flatten().flatten().copied().collect();
+        let two = kmeans::train(&training, dim, 2, 10, seed.wrapping_add(p as u64));
+        if two.len() < 2 * dim || two[..dim] == two[dim..] {
+            continue; // all rows identical: nothing to split
+        }
+        let old = std::mem::take(&mut parts[p]);
+        let mut keep = super::segment::Partition::default();
+        let mut moved = super::segment::Partition::default();
+        for ((addr, v), prep) in old
+            .addrs
+            .iter()
+            .zip(old.vectors.chunks_exact(dim))
+            .zip(&prepared)
+        {
+            let side = prep
+                .as_deref()
+                .map_or(0, |x| kmeans::nearest(&two, dim, x).0);
+            let target = if side == 0 { &mut keep } else { &mut moved };
+            target.addrs.push(*addr);
+            target.vectors.extend_from_slice(v);
+        }
+        model.centroids[p * dim..(p + 1) * dim].copy_from_slice(&two[..dim]);
+        model.centroids.extend_from_slice(&two[dim..]);
+        parts[p] = keep;
+        parts.push(moved);
+        split.push(p);
+    }
+    split
+}
+
+#[cfg(test)]
+mod split_tests {
+    use super::*;
+    use crate::index::segment::Partition;
+
+    #[test]
+    fn an_oversized_partition_splits_and_keeps_every_row() {
+        let centroids: Vec<f32> = (0..8).map(|c| c as f32 * 100.0).collect();
+        let mut model = IvfModel {
+            metric: Metric::L2,
+            dim: 1,
+            centroids,
+            pq: None,
+        };
+        // Partition 0 holds two far-apart clumps, 2000 rows; the seven others 10 rows each.
+        let mut big = Partition::default();
+        for i in 0..2000u64 {
+            big.addrs.push(i);
+            big.vectors.push(if i % 2 == 0 { -10.0 } else { 10.0 });
+        }
+        let mut parts = vec![big];
+        for c in 1..8u64 {
+            parts.push(Partition {
+                addrs: (c * 100..c * 100 + 10).collect(),
+                codes: vec![],
+                vectors: vec![c as f32 * 100.0; 10],
+            });
+        }
+        assert_eq!(split_oversized(&mut model, &mut parts, 1), vec![0]);
+        assert_eq!(model.partitions(), 9);
+        assert_eq!(parts.len(), 9);
+        assert_eq!(parts.iter().map(|p| p.len()).sum::<usize>(), 2070);
+        assert_eq!((parts[0].len(), parts[8].len()), (1000, 1000));
+        // Rows sit in the partition whose centroid is nearest.
+        for (p, part) in parts.iter().enumerate() {
+            for v in &part.vectors {
+                assert_eq!(model.partition_of(&[*v]), p);
+            }
+        }
+        // Balanced now: nothing more to split.
+        assert!(split_oversized(&mut model, &mut parts, 1).is_empty());
+    }
+}
