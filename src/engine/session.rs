@@ -195,9 +195,26 @@ impl FragvecSession {
     }
 
     pub async fn execute(&self, statement: FragvecStatement) -> Result<StatementResult> {
+        if let FragvecStatement::DataFusion(s) = statement {
+            return self.execute_datafusion(*s).await;
+        }
+        // Index statements read the latest version and retry, like DML, when a concurrent
+        // commit made theirs impossible.
+        let retries = self.options().commit_retries;
+        let mut attempt = 0;
+        loop {
+            match self.index_statement(&statement).await {
+                Ok(rows) => return StatementResult::count(rows),
+                Err(e) if is_retryable(&e) && attempt < retries => attempt += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn index_statement(&self, statement: &FragvecStatement) -> Result<u64> {
         let cache = self.schema.index_cache();
-        let rows = match statement {
-            FragvecStatement::DataFusion(s) => return self.execute_datafusion(*s).await,
+        match statement {
+            FragvecStatement::DataFusion(_) => unreachable!("handled by execute"),
             FragvecStatement::CreateVectorIndex {
                 name,
                 table,
@@ -205,27 +222,26 @@ impl FragvecSession {
                 kind,
                 options,
             } => {
-                let snapshot = index_ops::latest(self.database(), &table).await?;
-                index_ops::create(snapshot, &name, &column, &kind, &options).await?
+                let snapshot = index_ops::latest(self.database(), table).await?;
+                index_ops::create(snapshot, name, column, kind, options).await
             }
             FragvecStatement::DropIndex {
                 name,
                 table,
                 if_exists,
             } => {
-                let snapshot = index_ops::latest(self.database(), &table).await?;
-                index_ops::drop(snapshot, &name, if_exists).await?
+                let snapshot = index_ops::latest(self.database(), table).await?;
+                index_ops::drop(snapshot, name, *if_exists).await
             }
             FragvecStatement::OptimizeIndex {
                 name,
                 table,
                 action,
             } => {
-                let snapshot = index_ops::latest(self.database(), &table).await?;
-                index_ops::optimize(snapshot, &name, action, cache).await?
+                let snapshot = index_ops::latest(self.database(), table).await?;
+                index_ops::optimize(snapshot, name, *action, cache).await
             }
-        };
-        StatementResult::count(rows)
+        }
     }
 
     async fn execute_datafusion(&self, statement: DFStatement) -> Result<StatementResult> {

@@ -345,7 +345,17 @@ pub async fn commit(dir: &Arc<TableDir>, read: &Manifest, txn: &Transaction) -> 
             let file = dir.write_deletions(now, &merged, txn.read_version).await?;
             deletion_files.insert(*id, file);
         }
-        let next = apply(&latest, txn, &deletion_files, random_tag())?;
+        let next = match apply(&latest, txn, &deletion_files, random_tag()) {
+            Ok(next) => next,
+            // Rebased index changes can collide with a concurrent one (two appends indexing
+            // the same fragments): the statement must look at the table again.
+            Err(FormatError::InvalidInput(reason))
+                if txn.index_change.is_some() && latest.version != txn.read_version =>
+            {
+                return Err(conflict(latest.version, reason));
+            }
+            Err(e) => return Err(e),
+        };
         if dir.put_manifest(&next).await? {
             return Snapshot::new(dir.clone(), Arc::new(next));
         }
@@ -420,6 +430,107 @@ mod tests {
         let m3 = apply(&m2, &t2, &BTreeMap::new(), "y".into()).unwrap();
         assert_eq!(m3.fragments[0].files, vec![file]);
         assert_eq!(m3.fragments[0].id, 0);
+    }
+
+    fn with_index(m: &Manifest) -> Manifest {
+        use crate::format::index_meta::{IndexDef, IndexKind, Metric};
+        let mut t = Transaction::new(Operation::CreateIndex, m.version);
+        t.index_change = Some(IndexChange::Create {
+            def: IndexDef {
+                name: "i".into(),
+                column: "id".into(),
+                kind: IndexKind::IvfFlat,
+                metric: Metric::L2,
+                num_partitions: 1,
+                model_file: "_indexes/i/m.model".into(),
+                model_size_bytes: 1,
+                created_at_version: m.version,
+            },
+            segments: vec![],
+        });
+        apply(m, &t, &BTreeMap::new(), "i".into()).unwrap()
+    }
+
+    fn segment_over(fragments: &[u64]) -> NewSegment {
+        NewSegment {
+            file: "_indexes/i/s.seg".into(),
+            size_bytes: 1,
+            rows: 1,
+            fragment_bitmap: fragments.iter().copied().collect(),
+        }
+    }
+
+    #[test]
+    fn rewriting_an_indexed_column_in_place_invalidates_the_fragment() {
+        let mut t = Transaction::new(Operation::Append, 1);
+        t.appends = vec![append(4, "a"), append(4, "b")];
+        let m = with_index(&apply(&table(false), &t, &BTreeMap::new(), "x".into()).unwrap());
+        let mut build = Transaction::new(Operation::OptimizeIndex, m.version);
+        build.index_change = Some(IndexChange::ReplaceSegments {
+            index: "i".into(),
+            remove: vec![],
+            add: vec![segment_over(&[0, 1])],
+            def: None,
+        });
+        build.read_fragment_files = m
+            .fragments
+            .iter()
+            .map(|f| (f.id, f.files.clone()))
+            .collect();
+        // A concurrent in-place rewrite of fragment 1 commits before the build does.
+        let mut rewrite = Transaction::new(Operation::Update, m.version);
+        rewrite.column_rewrites.insert(
+            1,
+            DataFile {
+                path: "data/n.parquet".into(),
+                columns: vec!["id".into()],
+                size_bytes: 1,
+            },
+        );
+        let m2 = apply(&m, &rewrite, &BTreeMap::new(), "y".into()).unwrap();
+        let m3 = apply(&m2, &build, &BTreeMap::new(), "z".into()).unwrap();
+        let seg = &m3.index_segments[0];
+        assert_eq!(seg.invalidated_fragments, BTreeSet::from([1]));
+        assert_eq!(seg.ownership(), BTreeSet::from([0]));
+        // And a later rewrite of fragment 0 invalidates it in the committed segment.
+        let mut again = Transaction::new(Operation::Update, m3.version);
+        again.column_rewrites.insert(
+            0,
+            DataFile {
+                path: "data/o.parquet".into(),
+                columns: vec!["id".into()],
+                size_bytes: 1,
+            },
+        );
+        let m4 = apply(&m3, &again, &BTreeMap::new(), "w".into()).unwrap();
+        assert_eq!(
+            m4.index_segments[0].invalidated_fragments,
+            BTreeSet::from([0, 1])
+        );
+    }
+
+    #[test]
+    fn two_segments_cannot_own_one_fragment() {
+        let mut t = Transaction::new(Operation::Append, 1);
+        t.appends = vec![append(4, "a")];
+        let m = with_index(&apply(&table(false), &t, &BTreeMap::new(), "x".into()).unwrap());
+        let mut build = Transaction::new(Operation::OptimizeIndex, m.version);
+        build.read_fragment_files = m
+            .fragments
+            .iter()
+            .map(|f| (f.id, f.files.clone()))
+            .collect();
+        build.index_change = Some(IndexChange::ReplaceSegments {
+            index: "i".into(),
+            remove: vec![],
+            add: vec![segment_over(&[0])],
+            def: None,
+        });
+        let m2 = apply(&m, &build, &BTreeMap::new(), "y".into()).unwrap();
+        let err = apply(&m2, &build, &BTreeMap::new(), "z".into())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("owned by two segments"), "{err}");
     }
 
     #[test]
