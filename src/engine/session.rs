@@ -293,6 +293,10 @@ impl FragvecSession {
         {
             self.schema.refresh().await?;
         }
+        // Queries and INSERTs cannot change the set of tables; anything else (CREATE
+        // EXTERNAL TABLE, DROP, views) may, so the list SHOW TABLES uses is refreshed after.
+        let changes_tables = !matches!(&statement, DFStatement::Statement(s)
+            if matches!(s.as_ref(), Statement::Query(_) | Statement::Insert(_)));
         let statement = self.pin(statement).await?;
         let result = if is_insert(&statement) {
             // Round-robin repartitioning would shuffle the rows of a single-partition source;
@@ -309,8 +313,7 @@ impl FragvecSession {
             let plan = self.ctx.state().statement_to_plan(statement).await?;
             self.execute_plan(None, plan).await
         };
-        if result.is_ok() {
-            // Cheap, and keeps SHOW TABLES right after CREATE EXTERNAL TABLE / DROP.
+        if result.is_ok() && changes_tables {
             self.schema.refresh().await?;
         }
         result
