@@ -34,10 +34,8 @@ use super::knn_rule::KnnRule;
 use super::options::FragvecOptions;
 use super::types;
 use super::udf;
-use super::write::{count_schema, write_streams};
-use crate::format::{
-    self, Database, FormatError, NewFragment, NewRowIds, Operation, TableProperties,
-};
+use super::write::{append_streams, count_schema};
+use crate::format::{self, Database, FormatError, Operation, TableProperties};
 use crate::sql::finder::{self, DmlTarget, Finder, TargetColumn};
 use crate::sql::{FragvecStatement, knn_call, parse_statements, pin};
 
@@ -474,19 +472,7 @@ impl FragvecSession {
             .enable_round_robin_repartition = false;
         let df = DataFrame::new(state, cmd.input.as_ref().clone());
         let streams = df.execute_stream_partitioned().await?;
-        let written = write_streams(&snapshot, streams).await?;
-        let rows: u64 = written.iter().map(|w| w.physical_rows).sum();
-        if !written.is_empty() {
-            let mut txn = format::Transaction::new(Operation::Append, snapshot.version());
-            txn.appends = written
-                .into_iter()
-                .map(|w| NewFragment {
-                    written: w,
-                    row_ids: NewRowIds::Fresh,
-                })
-                .collect();
-            format::commit(&snapshot.dir, &snapshot.manifest, &txn).await?;
-        }
+        let rows = append_streams(&snapshot, streams).await?;
         StatementResult::count(rows)
     }
 

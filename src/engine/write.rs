@@ -113,6 +113,28 @@ pub async fn write_streams(
     Ok(all)
 }
 
+/// Writes `streams` as new fragments and commits them as one append (rebased over concurrent
+/// commits). Returns the number of rows appended.
+pub async fn append_streams(
+    snapshot: &Snapshot,
+    streams: Vec<SendableRecordBatchStream>,
+) -> Result<u64> {
+    let written = write_streams(snapshot, streams).await?;
+    let rows = written.iter().map(|w| w.physical_rows).sum();
+    if !written.is_empty() {
+        let mut txn = Transaction::new(Operation::Append, snapshot.version());
+        txn.appends = written
+            .into_iter()
+            .map(|w| NewFragment {
+                written: w,
+                row_ids: NewRowIds::Fresh,
+            })
+            .collect();
+        format::commit(&snapshot.dir, &snapshot.manifest, &txn).await?;
+    }
+    Ok(rows)
+}
+
 #[derive(Debug)]
 pub struct InsertExec {
     snapshot: Snapshot,
@@ -206,22 +228,7 @@ impl ExecutionPlan for InsertExec {
             .map(|p| self.input.execute(p, context.clone()))
             .collect::<Result<Vec<_>>>()?;
         let snapshot = self.snapshot.clone();
-        let work = async move {
-            let written = write_streams(&snapshot, streams).await?;
-            let rows: u64 = written.iter().map(|w| w.physical_rows).sum();
-            if !written.is_empty() {
-                let mut txn = Transaction::new(Operation::Append, snapshot.version());
-                txn.appends = written
-                    .into_iter()
-                    .map(|w| NewFragment {
-                        written: w,
-                        row_ids: NewRowIds::Fresh,
-                    })
-                    .collect();
-                format::commit(&snapshot.dir, &snapshot.manifest, &txn).await?;
-            }
-            count_batch(rows)
-        };
+        let work = async move { count_batch(append_streams(&snapshot, streams).await?) };
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             count_schema(),
             futures::stream::once(work),

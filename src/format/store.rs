@@ -329,20 +329,27 @@ impl TableDir {
         }
     }
 
+    /// Reads a whole file of the table (relative path).
+    pub async fn read(&self, relative: &str) -> Result<bytes::Bytes> {
+        let path = self.path(relative);
+        let object = self
+            .store
+            .get(&path)
+            .await
+            .map_err(|e| FormatError::store(&path, e))?;
+        object
+            .bytes()
+            .await
+            .map_err(|e| FormatError::store(&path, e))
+    }
+
     /// Reads a fragment's deletion vector (empty if it has none).
     pub async fn read_deletions(&self, fragment: &Fragment) -> Result<RoaringBitmap> {
         let Some(file) = &fragment.deletion else {
             return Ok(RoaringBitmap::new());
         };
         let path = self.path(&file.path);
-        let bytes = self
-            .store
-            .get(&path)
-            .await
-            .map_err(|e| FormatError::store(&path, e))?
-            .bytes()
-            .await
-            .map_err(|e| FormatError::store(&path, e))?;
+        let bytes = self.read(&file.path).await?;
         deletion::decode(
             &bytes,
             path.as_ref(),

@@ -268,14 +268,7 @@ impl PartitionCache {
             return Ok(m.clone());
         }
         let path = dir.path(&def.model_file);
-        let bytes = dir
-            .store()
-            .get(&path)
-            .await
-            .map_err(|e| FormatError::store(&path, e))?
-            .bytes()
-            .await
-            .map_err(|e| FormatError::store(&path, e))?;
+        let bytes = dir.read(&def.model_file).await?;
         let model = Arc::new(IvfModel::decode(&bytes).map_err(|r| FormatError::corrupt(&path, r))?);
         if model.metric != def.metric || model.partitions() != def.num_partitions as usize {
             return Err(FormatError::corrupt(
