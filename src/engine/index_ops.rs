@@ -73,7 +73,8 @@ fn build_options(kind: &str, options: &[(String, String)]) -> Result<BuildOption
     Ok(o)
 }
 
-/// Commits an index transaction, retrying the whole build when another writer changed the index.
+/// Commits an index transaction (rebased over concurrent commits; a conflicting one fails
+/// with a retryable error, and the session runs the statement again).
 async fn commit(snapshot: &Snapshot, txn: Transaction) -> Result<Snapshot> {
     Ok(format::commit(&snapshot.dir, &snapshot.manifest, &txn).await?)
 }
@@ -309,10 +310,7 @@ async fn merge(
     let current: HashSet<u64> = manifest.fragments.iter().map(|f| f.id).collect();
     let mut deletions = HashMap::new();
     for f in manifest.fragments.iter().filter(|f| f.deletion.is_some()) {
-        deletions.insert(
-            f.id,
-            dir.read_deletions(f).await.map_err(FormatError::from)?,
-        );
+        deletions.insert(f.id, dir.read_deletions(f).await?);
     }
     let pq = model.pq.is_some();
     let mut kept = build::Vectors::default();
@@ -409,9 +407,9 @@ async fn merge(
     Ok(rows)
 }
 
-/// Convenience for the session: the latest snapshot of a table, or a clear error.
-pub async fn latest(session_db: &format::Database, table: &str) -> Result<Snapshot> {
-    let dir = Arc::new(session_db.table(table)?);
+/// The latest snapshot of a table, or "table does not exist".
+pub async fn latest(db: &format::Database, table: &str) -> Result<Snapshot> {
+    let dir = Arc::new(db.table(table)?);
     match dir.latest().await {
         Ok(s) => Ok(s),
         Err(FormatError::NotFound(t)) => plan_err(format!("table '{t}' does not exist")),

@@ -526,14 +526,7 @@ impl FragvecSession {
         if self.schema.is_session_table(&target.table) {
             return Ok(None);
         }
-        let dir = Arc::new(self.database().table(&target.table)?);
-        let snapshot = match dir.latest().await {
-            Ok(s) => s,
-            Err(FormatError::NotFound(t)) => {
-                return Err(DataFusionError::Plan(format!("table '{t}' does not exist")));
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let snapshot = index_ops::latest(self.database(), &target.table).await?;
         let relation = RelationName {
             table: target.table.clone(),
             version: Some(snapshot.version()),

@@ -119,7 +119,7 @@ pub fn train(
         IndexKind::IvfFlat => None,
         IndexKind::IvfPq { num_sub_vectors } => {
             let m = *num_sub_vectors as usize;
-            if m == 0 || dim % m != 0 {
+            if m == 0 || !dim.is_multiple_of(m) {
                 return Err(format!(
                     "num_sub_vectors ({m}) must divide the dimension ({dim})"
                 ));

@@ -49,7 +49,10 @@ pub fn assign(data: &[f32], dim: usize, centroids: &[f32]) -> Vec<(u32, f32)> {
 /// Trains `k` centroids on `data` (`n × dim`). With fewer than `k` rows, returns the rows
 /// themselves (and as many centroids as rows). Deterministic for a given seed.
 pub fn train(data: &[f32], dim: usize, k: usize, max_iters: usize, seed: u64) -> Vec<f32> {
-    assert!(dim > 0 && data.len() % dim == 0, "data must be n × dim");
+    assert!(
+        dim > 0 && data.len().is_multiple_of(dim),
+        "data must be n × dim"
+    );
     let n = data.len() / dim;
     if n <= k {
         return data.to_vec();
