@@ -85,6 +85,8 @@ pub struct KnnQuery {
     pub vector: Vec<f32>,
     pub metric: Metric,
     pub k: usize,
+    /// IVF partitions to probe per segment (`fragvec.nprobes` when the query was planned).
+    pub nprobes: usize,
 }
 
 #[derive(Debug)]
@@ -138,12 +140,13 @@ impl DisplayAs for KnnExec {
             DisplayFormatType::Default | DisplayFormatType::Verbose => {
                 write!(
                     f,
-                    "KnnExec: table={}, version={}, column={}, index={index}, metric={}, k={}",
+                    "KnnExec: table={}, version={}, column={}, index={index}, metric={}, k={}, nprobes={}",
                     self.scan.snapshot.name(),
                     self.scan.snapshot.version(),
                     self.query.column,
                     self.query.metric.as_str(),
-                    self.query.k
+                    self.query.k,
+                    self.query.nprobes
                 )?;
                 if let Some(p) = &self.scan.predicate {
                     write!(f, ", filter={p}")?;
@@ -226,7 +229,7 @@ impl ExecutionPlan for KnnExec {
                 self.index.clone()
             },
             cache: self.cache.clone(),
-            nprobes: options.nprobes.max(1),
+            nprobes: self.query.nprobes.max(1),
             refine_factor: options.refine_factor.max(1),
             ctx: context,
             counters: Counters {

@@ -27,6 +27,7 @@ use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions};
 
 use super::knn::{KnnExec, KnnQuery};
+use super::options::FragvecOptions;
 use super::scan::FragmentScanExec;
 use super::types::vector_dim;
 use super::udf::DistanceKind;
@@ -39,13 +40,17 @@ impl PhysicalOptimizerRule for KnnRule {
     fn optimize(
         &self,
         plan: Arc<dyn ExecutionPlan>,
-        _config: &ConfigOptions,
+        config: &ConfigOptions,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        let nprobes = config
+            .extensions
+            .get::<FragvecOptions>()
+            .map_or(FragvecOptions::default().nprobes, |o| o.nprobes);
         plan.transform_down(|node| {
             let Some(sort) = node.downcast_ref::<SortExec>() else {
                 return Ok(Transformed::no(node));
             };
-            match rewrite_sort(sort)? {
+            match rewrite_sort(sort, nprobes)? {
                 Some(input) => Ok(Transformed::yes(node.clone().replace_children(
                     vec![input],
                     ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
@@ -66,7 +71,7 @@ impl PhysicalOptimizerRule for KnnRule {
 }
 
 /// The sort's input with its scan replaced by a KNN search, if the sort is a KNN query.
-fn rewrite_sort(sort: &SortExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+fn rewrite_sort(sort: &SortExec, nprobes: usize) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     let Some(k) = sort.fetch() else {
         return Ok(None);
     };
@@ -158,6 +163,7 @@ fn rewrite_sort(sort: &SortExec) -> Result<Option<Arc<dyn ExecutionPlan>>> {
         vector,
         metric,
         k,
+        nprobes,
     };
     let knn: Arc<dyn ExecutionPlan> = Arc::new(KnnExec::new(
         spec.clone(),
