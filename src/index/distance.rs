@@ -55,30 +55,12 @@ pub fn norm_squared(a: &[f32]) -> f32 {
 }
 
 /// `1 − cos(a, b)`, or `None` when either vector has zero norm (the angle is undefined).
+///
+/// Three passes of the vectorized dot kernel: one fused loop with three accumulator sets does
+/// not vectorize (measured at a fifth of the throughput).
 #[inline]
 pub fn cosine_distance(a: &[f32], b: &[f32]) -> Option<f32> {
-    let mut acc_ab = [0f32; LANES];
-    let mut acc_aa = [0f32; LANES];
-    let mut acc_bb = [0f32; LANES];
-    let (ac, at) = a.split_at(a.len() - a.len() % LANES);
-    let (bc, bt) = b.split_at(ac.len());
-    for (x, y) in ac.chunks_exact(LANES).zip(bc.chunks_exact(LANES)) {
-        for i in 0..LANES {
-            acc_ab[i] += x[i] * y[i];
-            acc_aa[i] += x[i] * x[i];
-            acc_bb[i] += y[i] * y[i];
-        }
-    }
-    let (mut ab, mut aa, mut bb): (f32, f32, f32) = (
-        acc_ab.iter().sum(),
-        acc_aa.iter().sum(),
-        acc_bb.iter().sum(),
-    );
-    for (x, y) in at.iter().zip(bt) {
-        ab += x * y;
-        aa += x * x;
-        bb += y * y;
-    }
+    let (ab, aa, bb) = (dot(a, b), dot(a, a), dot(b, b));
     if aa == 0.0 || bb == 0.0 {
         return None;
     }
