@@ -325,7 +325,7 @@ async fn merge(
             .filter(|f| current.contains(f))
             .collect();
         live_frags.extend(owned.iter().copied());
-        let footer = cache.footer(dir, &segment.file, segment.size_bytes).await?;
+        let footer = cache.segment_footer(dir, segment, &model).await?;
         for p in 0..footer.partitions.len() {
             let part = cache.partition(dir, &segment.file, &footer, p, pq).await?;
             for (i, addr) in part.addrs.iter().enumerate() {

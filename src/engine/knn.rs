@@ -597,10 +597,7 @@ impl Search {
             if mask.as_ref().is_some_and(|m| m.owned.is_empty()) {
                 continue;
             }
-            let footer = self
-                .cache
-                .footer(dir, &segment.file, segment.size_bytes)
-                .await?;
+            let footer = self.cache.segment_footer(dir, segment, &model).await?;
             let mut top = TopK::new(keep);
             let mut stats = SearchStats::default();
             for (probed, &p) in probe_order.iter().enumerate() {

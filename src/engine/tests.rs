@@ -70,3 +70,49 @@ async fn racing_delete_and_update_never_resurrect_or_lose_rows() {
         assert_eq!(rows, expected, "mode {mode}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_index_files_are_clear_errors_not_panics() {
+    use object_store::{ObjectStoreExt, PutPayload};
+    let tmp = tempfile::tempdir().unwrap();
+    let loc = tmp.path().to_str().unwrap().to_string();
+    let s = FragvecSession::open(&loc).await.unwrap();
+    s.sql(
+        "CREATE TABLE t (id BIGINT, v VECTOR(2)); \
+         INSERT INTO t SELECT value, [value, 0] FROM generate_series(1, 50); \
+         CREATE VECTOR INDEX i ON t (v) USING IVF_FLAT WITH (num_partitions = 4)",
+    )
+    .await
+    .unwrap();
+    let query = "SELECT id FROM t ORDER BY l2_distance(v, [0, 0]) LIMIT 3";
+    assert_eq!(s.sql_one(query).await.unwrap().num_rows(), 3);
+    let dir = std::sync::Arc::new(s.database().table("t").unwrap());
+    let manifest = dir.latest().await.unwrap().manifest;
+    let segment = manifest.index_segments[0].clone();
+    let model = manifest.indexes[0].model_file.clone();
+    let put = |path: String, bytes: Vec<u8>| {
+        let dir = dir.clone();
+        async move {
+            dir.store()
+                .put(&dir.path(&path), PutPayload::from(bytes))
+                .await
+                .unwrap()
+        }
+    };
+
+    // A segment file of the right size but foreign contents.
+    put(segment.file.clone(), vec![7u8; segment.size_bytes as usize]).await;
+    let fresh = FragvecSession::open(&loc).await.unwrap();
+    let err = fresh.sql_one(query).await.unwrap_err().to_string();
+    assert!(err.contains("not a fragvec segment file"), "{err}");
+
+    // A truncated model file.
+    put(model, vec![1, 2, 3]).await;
+    let fresh = FragvecSession::open(&loc).await.unwrap();
+    let err = fresh.sql_one(query).await.unwrap_err().to_string();
+    assert!(err.contains("not a fragvec IVF model file"), "{err}");
+
+    // Exact mode does not touch the index and still answers.
+    fresh.sql("SET fragvec.exact = true").await.unwrap();
+    assert_eq!(fresh.sql_one(query).await.unwrap().num_rows(), 3);
+}

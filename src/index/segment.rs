@@ -16,7 +16,7 @@ use bytes::Bytes;
 use object_store::ObjectStoreExt;
 
 use super::ivf::IvfModel;
-use crate::format::index_meta::IndexDef;
+use crate::format::index_meta::{IndexDef, IndexSegment};
 use crate::format::{FormatError, Result, TableDir};
 
 const MAGIC: &[u8; 8] = b"FVSEG001";
@@ -282,6 +282,36 @@ impl PartitionCache {
             .models
             .insert(key, model.clone());
         Ok(model)
+    }
+
+    /// Reads a segment's footer and checks it against the index model and the manifest, so a
+    /// foreign or mismatched file is refused before any partition is read.
+    pub async fn segment_footer(
+        &self,
+        dir: &TableDir,
+        segment: &IndexSegment,
+        model: &IvfModel,
+    ) -> Result<Arc<Footer>> {
+        let footer = self.footer(dir, &segment.file, segment.size_bytes).await?;
+        let width = model.pq.as_ref().map_or(model.dim * 4, |pq| pq.sub_vectors);
+        if footer.partitions.len() != model.partitions()
+            || footer.row_width != width
+            || footer.rows() != segment.rows
+        {
+            return Err(FormatError::corrupt(
+                dir.path(&segment.file),
+                format!(
+                    "segment has {} partitions of {}-byte rows ({} rows); its index expects {} \
+                     partitions of {width}-byte rows and the manifest {} rows",
+                    footer.partitions.len(),
+                    footer.row_width,
+                    footer.rows(),
+                    model.partitions(),
+                    segment.rows
+                ),
+            ));
+        }
+        Ok(footer)
     }
 
     /// Reads a segment's footer (cached: footers are tiny and files immutable).
