@@ -1,15 +1,17 @@
 //! fragvec: versioned fragment tables with vector search, for Apache DataFusion.
 //!
-//! Layers, arrows pointing down only:
+//! Layers; each uses only the ones below it:
 //!
 //! * [`cli`]: the `fragvec` binary's shell, output formats and demo.
-//! * [`engine`]: the DataFusion glue (catalog, table provider, scan and DML operators,
-//!   statement front end, table functions, options). The only module that implements
-//!   DataFusion traits.
-//! * [`sql`]: parsing and statement rewriting (no session needed).
-//! * [`index`]: vector indexes (kernels, k-means, IVF models, segments, search).
-//! * [`format`]: the table format (manifests, fragments, deletion vectors, row ids,
-//!   optimistic commits). Speaks Arrow and `object_store` only.
+//! * [`engine`]: the DataFusion glue (session and statement front end, catalog, table
+//!   provider, scan / insert / KNN operators, the KNN optimizer rule, distance UDFs, table
+//!   functions, options). The only module that implements DataFusion traits.
+//! * [`sql`]: parsing (fragvec's statements first, then DataFusion's), relation pinning, DML
+//!   finder queries and the `knn(...)` rewrite; works on ASTs, needs no session.
+//! * [`index`]: vector indexes: kernels, k-means, IVF/PQ models, segment files and their
+//!   cache, per-segment search with a row mask.
+//! * [`format`]: the table format (manifests, fragments, deletion vectors, row ids, index
+//!   metadata, optimistic commits). Speaks Arrow and `object_store` only.
 
 pub mod cli;
 pub mod engine;

@@ -12,52 +12,13 @@ use async_trait::async_trait;
 use datafusion::catalog::{SchemaProvider, TableProvider};
 use datafusion::common::{DataFusionError, Result};
 
+pub use crate::sql::pin::RelationName;
+
 use super::options::FragvecOptions;
 use super::provider::FragvecTable;
 use super::scan::VirtualColumns;
 use crate::format::{Database, FormatError};
 use crate::index::segment::PartitionCache;
-
-/// A relation name as the front end passes it to the catalog: `table[@v<version>][#vc]`.
-/// `#vc` adds the virtual columns `_rowaddr` and `_rowid` to the table's schema.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RelationName {
-    pub table: String,
-    pub version: Option<u64>,
-    pub virtual_columns: bool,
-}
-
-impl RelationName {
-    pub fn parse(name: &str) -> Option<Self> {
-        let (rest, virtual_columns) = match name.strip_suffix("#vc") {
-            Some(r) => (r, true),
-            None => (name, false),
-        };
-        let (table, version) = match rest.split_once("@v") {
-            Some((t, v)) => (t, Some(v.parse().ok()?)),
-            None => (rest, None),
-        };
-        if table.contains(['@', '#']) {
-            return None;
-        }
-        Some(Self {
-            table: table.to_string(),
-            version,
-            virtual_columns,
-        })
-    }
-
-    pub fn encode(&self) -> String {
-        let mut s = self.table.clone();
-        if let Some(v) = self.version {
-            s.push_str(&format!("@v{v}"));
-        }
-        if self.virtual_columns {
-            s.push_str("#vc");
-        }
-        s
-    }
-}
 
 #[derive(Debug)]
 pub struct FragvecSchema {
@@ -176,19 +137,5 @@ impl SchemaProvider for FragvecSchema {
 
     fn table_exist(&self, name: &str) -> bool {
         self.known.read().expect("lock").iter().any(|n| n == name) || self.is_session_table(name)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn relation_names_round_trip() {
-        for s in ["t", "t@v3", "t#vc", "t@v12#vc"] {
-            assert_eq!(RelationName::parse(s).unwrap().encode(), s);
-        }
-        assert!(RelationName::parse("t@vx").is_none());
-        assert!(RelationName::parse("a#b").is_none());
     }
 }

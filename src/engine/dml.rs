@@ -24,40 +24,7 @@ use crate::format::{
     self, FormatError, NewFragment, NewRowIds, Operation, Snapshot, Transaction, read_fragment,
     split_row_address,
 };
-
-/// Column names of the finder's bookkeeping columns.
-pub const ADDR: &str = "__fv_addr";
-pub const ROWID: &str = "__fv_rowid";
-pub const ACTION: &str = "__fv_action";
-
-/// What happens to one finder row.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
-    Delete,
-    Update,
-    Insert,
-}
-
-impl Action {
-    pub fn code(self) -> &'static str {
-        match self {
-            Action::Delete => "D",
-            Action::Update => "U",
-            Action::Insert => "I",
-        }
-    }
-
-    fn from_code(code: &str) -> Result<Self> {
-        match code {
-            "D" => Ok(Action::Delete),
-            "U" => Ok(Action::Update),
-            "I" => Ok(Action::Insert),
-            other => Err(DataFusionError::Internal(format!(
-                "unknown finder action {other}"
-            ))),
-        }
-    }
-}
+use crate::sql::finder::{ACTION, ADDR, Action, ROWID};
 
 /// The rows a statement changes, gathered from its finder.
 #[derive(Default)]

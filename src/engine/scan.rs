@@ -41,8 +41,7 @@ pub struct VirtualColumns {
     pub row_id: bool,
 }
 
-pub const ROW_ADDR: &str = "_rowaddr";
-pub const ROW_ID: &str = "_rowid";
+pub use crate::format::manifest::{ROW_ADDR, ROW_ID};
 
 /// What a scan needs to know to read one snapshot.
 #[derive(Debug, Clone)]

@@ -57,6 +57,11 @@ pub const DEFAULT_MAX_ROWS_PER_FRAGMENT: u64 = 1 << 20;
 /// Fragment ids share a row address with a 32-bit offset, so they must fit in 32 bits.
 pub const MAX_FRAGMENT_ID: u64 = u32::MAX as u64;
 
+/// Name of the virtual column holding a row's address.
+pub const ROW_ADDR: &str = "_rowaddr";
+/// Name of the virtual column holding a row's id (stable id, or the address without them).
+pub const ROW_ID: &str = "_rowid";
+
 /// Row address of a physical row: `(fragment_id << 32) | offset`.
 pub fn row_address(fragment_id: u64, offset: u64) -> u64 {
     (fragment_id << 32) | offset

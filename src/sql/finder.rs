@@ -16,8 +16,41 @@ use datafusion::sql::sqlparser::ast::{
 };
 
 use super::pin::normalize_ident;
-use crate::engine::dml::{ACTION, ADDR, Action, ROWID};
-use crate::engine::scan::{ROW_ADDR, ROW_ID};
+use crate::format::manifest::{ROW_ADDR, ROW_ID};
+
+/// Column names of the finder's bookkeeping columns.
+pub const ADDR: &str = "__fv_addr";
+pub const ROWID: &str = "__fv_rowid";
+pub const ACTION: &str = "__fv_action";
+
+/// What happens to one finder row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Delete,
+    Update,
+    Insert,
+}
+
+impl Action {
+    pub fn code(self) -> &'static str {
+        match self {
+            Action::Delete => "D",
+            Action::Update => "U",
+            Action::Insert => "I",
+        }
+    }
+
+    pub fn from_code(code: &str) -> Result<Self> {
+        match code {
+            "D" => Ok(Action::Delete),
+            "U" => Ok(Action::Update),
+            "I" => Ok(Action::Insert),
+            other => Err(DataFusionError::Internal(format!(
+                "unknown finder action {other}"
+            ))),
+        }
+    }
+}
 
 /// The target of a DML statement.
 #[derive(Debug, Clone, PartialEq)]

@@ -13,7 +13,7 @@ use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer, Word};
 
-use crate::engine::catalog::RelationName;
+use crate::sql::pin::RelationName;
 
 /// A parsed statement.
 #[derive(Debug, Clone)]

@@ -13,7 +13,46 @@ use datafusion::sql::sqlparser::ast::{
     VisitorMut,
 };
 
-use crate::engine::catalog::RelationName;
+/// A relation name as the front end passes it to the catalog: `table[@v<version>][#vc]`.
+/// `#vc` adds the virtual columns `_rowaddr` and `_rowid` to the table's schema.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RelationName {
+    pub table: String,
+    pub version: Option<u64>,
+    pub virtual_columns: bool,
+}
+
+impl RelationName {
+    pub fn parse(name: &str) -> Option<Self> {
+        let (rest, virtual_columns) = match name.strip_suffix("#vc") {
+            Some(r) => (r, true),
+            None => (name, false),
+        };
+        let (table, version) = match rest.split_once("@v") {
+            Some((t, v)) => (t, Some(v.parse().ok()?)),
+            None => (rest, None),
+        };
+        if table.contains(['@', '#']) {
+            return None;
+        }
+        Some(Self {
+            table: table.to_string(),
+            version,
+            virtual_columns,
+        })
+    }
+
+    pub fn encode(&self) -> String {
+        let mut s = self.table.clone();
+        if let Some(v) = self.version {
+            s.push_str(&format!("@v{v}"));
+        }
+        if self.virtual_columns {
+            s.push_str("#vc");
+        }
+        s
+    }
+}
 
 /// Normalizes an identifier as DataFusion does: unquoted names are lower-cased.
 pub fn normalize_ident(ident: &Ident) -> String {
@@ -165,5 +204,14 @@ mod tests {
             .remove(0);
         pin_relations(&mut stmt, &HashMap::from([("t".to_string(), 9)]), true);
         assert!(stmt.to_string().contains("\"t@v2#vc\" AS t"), "{stmt}");
+    }
+
+    #[test]
+    fn relation_names_round_trip() {
+        for s in ["t", "t@v3", "t#vc", "t@v12#vc"] {
+            assert_eq!(RelationName::parse(s).unwrap().encode(), s);
+        }
+        assert!(RelationName::parse("t@vx").is_none());
+        assert!(RelationName::parse("a#b").is_none());
     }
 }
