@@ -491,26 +491,36 @@ impl Search {
             .clone();
         let schema = Arc::new(Schema::new(vec![field]));
         let mut out = Vec::with_capacity(addrs.len());
+        for (fragment, offsets, batch) in self.read_rows(addrs, schema).await? {
+            let addrs: Vec<u64> = offsets
+                .iter()
+                .map(|o| row_address(fragment.id, *o))
+                .collect();
+            self.score_column(batch.column(0), &addrs, &mut |c| out.push(c));
+        }
+        self.counters.rows_scored.add(out.len());
+        Ok(out)
+    }
+
+    /// Reads `schema`'s columns of the rows at `addrs`: (fragment, offsets, batch) triples,
+    /// the offsets being those of the batch's rows.
+    async fn read_rows(
+        &self,
+        addrs: &[u64],
+        schema: SchemaRef,
+    ) -> Result<Vec<(&Fragment, Vec<u64>, RecordBatch)>> {
+        let mut out = Vec::new();
         for (fragment, offsets) in self.by_fragment(addrs)? {
-            let mut stream = read_fragment_rows(
-                self.snapshot().dir.clone(),
-                fragment,
-                schema.clone(),
-                &offsets,
-            );
+            let dir = self.snapshot().dir.clone();
+            let mut stream = read_fragment_rows(dir, fragment, schema.clone(), &offsets);
             let mut at = 0usize;
             while let Some(batch) = stream.next().await {
                 let batch = batch.map_err(DataFusionError::from)?;
                 let n = batch.num_rows();
-                let addrs: Vec<u64> = offsets[at..at + n]
-                    .iter()
-                    .map(|o| row_address(fragment.id, *o))
-                    .collect();
-                self.score_column(batch.column(0), &addrs, &mut |c| out.push(c));
+                out.push((fragment, offsets[at..at + n].to_vec(), batch));
                 at += n;
             }
         }
-        self.counters.rows_scored.add(out.len());
         Ok(out)
     }
 
@@ -675,47 +685,35 @@ impl Search {
             .collect();
         let read_schema = Arc::new(Schema::new(table_fields));
         let mut batches = Vec::new();
-        for (fragment, offsets) in self.by_fragment(&addrs)? {
-            let mut stream = read_fragment_rows(
-                self.snapshot().dir.clone(),
-                fragment,
-                read_schema.clone(),
-                &offsets,
-            );
-            let mut at = 0usize;
-            while let Some(batch) = stream.next().await {
-                let batch = batch.map_err(DataFusionError::from)?;
-                let n = batch.num_rows();
-                let offs = &offsets[at..at + n];
-                let mut columns = Vec::with_capacity(self.output_schema.fields().len());
-                for field in self.output_schema.fields() {
-                    let column: ArrayRef = match field.name().as_str() {
-                        ROW_ADDR => Arc::new(UInt64Array::from_iter_values(
-                            offs.iter().map(|o| row_address(fragment.id, *o)),
-                        )),
-                        ROW_ID => Arc::new(UInt64Array::from_iter_values(offs.iter().map(|o| {
-                            match &fragment.row_ids {
-                                Some(seq) => {
-                                    let mut id = Vec::with_capacity(1);
-                                    seq.extend_slice(*o, 1, &mut id);
-                                    id[0]
-                                }
-                                None => row_address(fragment.id, *o),
+        for (fragment, offs, batch) in self.read_rows(&addrs, read_schema).await? {
+            let n = batch.num_rows();
+            let mut columns = Vec::with_capacity(self.output_schema.fields().len());
+            for field in self.output_schema.fields() {
+                let column: ArrayRef = match field.name().as_str() {
+                    ROW_ADDR => Arc::new(UInt64Array::from_iter_values(
+                        offs.iter().map(|o| row_address(fragment.id, *o)),
+                    )),
+                    ROW_ID => Arc::new(UInt64Array::from_iter_values(offs.iter().map(|o| {
+                        match &fragment.row_ids {
+                            Some(seq) => {
+                                let mut id = Vec::with_capacity(1);
+                                seq.extend_slice(*o, 1, &mut id);
+                                id[0]
                             }
-                        }))),
-                        name => batch.column_by_name(name).cloned().ok_or_else(|| {
-                            DataFusionError::Internal(format!("KNN fetch lacks column {name}"))
-                        })?,
-                    };
-                    columns.push(column);
-                }
-                batches.push(RecordBatch::try_new_with_options(
-                    self.output_schema.clone(),
-                    columns,
-                    &RecordBatchOptions::new().with_row_count(Some(n)),
-                )?);
-                at += n;
+                            None => row_address(fragment.id, *o),
+                        }
+                    }))),
+                    name => batch.column_by_name(name).cloned().ok_or_else(|| {
+                        DataFusionError::Internal(format!("KNN fetch lacks column {name}"))
+                    })?,
+                };
+                columns.push(column);
             }
+            batches.push(RecordBatch::try_new_with_options(
+                self.output_schema.clone(),
+                columns,
+                &RecordBatchOptions::new().with_row_count(Some(n)),
+            )?);
         }
         if batches.is_empty() {
             return Ok(RecordBatch::new_empty(self.output_schema.clone()));
