@@ -22,7 +22,16 @@ pub fn print(result: &StatementResult, format: Format, out: &mut impl Write) -> 
             if let Some(n) = result.rows_affected {
                 writeln!(out, "{n} row{} affected", if n == 1 { "" } else { "s" })?;
             } else {
-                writeln!(out, "{}", pretty_format_batches(&result.batches)?)?;
+                // With no batches, still print the column headers.
+                let empty = [datafusion::arrow::array::RecordBatch::new_empty(
+                    result.schema.clone(),
+                )];
+                let batches = if result.batches.is_empty() {
+                    &empty[..]
+                } else {
+                    &result.batches[..]
+                };
+                writeln!(out, "{}", pretty_format_batches(batches)?)?;
                 let n = result.num_rows();
                 writeln!(out, "({n} row{})", if n == 1 { "" } else { "s" })?;
             }
