@@ -19,7 +19,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, RecordBatch, RecordBatchOptions, UInt64Array,
+    Array, ArrayRef, AsArray, FixedSizeListArray, Float32Array, RecordBatch, RecordBatchOptions,
+    UInt64Array,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Float32Type, Schema, SchemaRef, UInt64Type};
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -303,6 +304,7 @@ impl Search {
             Some(a) => a.len(),
             None => self.snapshot().manifest.live_rows(),
         };
+        let mut vectors = HashMap::new();
         let candidates = match &self.index {
             _ if self.allowed.is_some() && qualifying <= EXACT_FILTER_ROWS.max(k as u64) => {
                 // Few qualifying rows: score exactly them.
@@ -318,7 +320,8 @@ impl Search {
                     .await?
             }
             Some(index) => {
-                let found = self.indexed(index).await?;
+                let (found, found_vectors) = self.indexed(index).await?;
+                vectors = found_vectors;
                 if found.len() < k && (found.len() as u64) < qualifying {
                     // Rows the index cannot return (NULL vectors) would be in the exact answer.
                     self.counters.exact_fallbacks.add(1);
@@ -329,7 +332,7 @@ impl Search {
                 }
             }
         };
-        self.fetch_rows(&candidates).await
+        self.fetch_rows(&candidates, &vectors).await
     }
 
     /// Addresses of the rows passing the WHERE filter.
@@ -548,7 +551,8 @@ impl Search {
     }
 
     /// Index search plus brute force over fragments no segment owns.
-    async fn indexed(&self, index: &IndexDef) -> Result<Vec<Candidate>> {
+    /// Returns the candidates and, for IVF_FLAT, the vectors of those found in segments.
+    async fn indexed(&self, index: &IndexDef) -> Result<(Vec<Candidate>, HashMap<u64, Vec<f32>>)> {
         let allowed = self.allowed.as_ref();
         let snapshot = self.snapshot();
         let manifest = &snapshot.manifest;
@@ -565,7 +569,7 @@ impl Search {
         }
         let Some(prepared) = model.prepare(&self.query.vector) else {
             // A zero query vector under cosine has no nearest rows; every distance is NULL.
-            return self.brute_force(&manifest.fragments).await;
+            return Ok((self.brute_force(&manifest.fragments).await?, HashMap::new()));
         };
         let current: HashSet<u64> = manifest.fragments.iter().map(|f| f.id).collect();
         let mut deletions: HashMap<u64, RoaringBitmap> = HashMap::new();
@@ -585,6 +589,7 @@ impl Search {
         let probe_order = model.probe_order(&prepared);
         let mut global = TopK::new(keep);
         let mut owned_anywhere: HashSet<u64> = HashSet::new();
+        let mut vectors: HashMap<u64, Vec<f32>> = HashMap::new();
         for segment in manifest.segments_of(&index.name) {
             self.counters.segments_searched.add(1);
             let ownership = segment.ownership();
@@ -610,6 +615,7 @@ impl Search {
             let footer = self.cache.segment_footer(dir, segment, &model).await?;
             let mut top = TopK::new(keep);
             let mut stats = SearchStats::default();
+            let mut probed_parts = Vec::new();
             for (probed, &p) in probe_order.iter().enumerate() {
                 if probed >= self.nprobes && top.is_full() {
                     break;
@@ -618,6 +624,7 @@ impl Search {
                     .cache
                     .partition(dir, &segment.file, &footer, p, pq_width.is_some())
                     .await?;
+                probed_parts.push(part.clone());
                 match (&table, pq_width) {
                     (Some(t), Some(w)) => {
                         score_pq(&part, w, t, mask.as_ref(), &mut top, &mut stats)
@@ -634,7 +641,21 @@ impl Search {
                 }
             }
             self.counters.record(&stats);
-            for c in top.into_sorted() {
+            let local = top.into_sorted();
+            if pq_width.is_none() {
+                // These rows passed this segment's mask, so its vectors are their current
+                // values: keep them, and the rows need not be read from Parquet again.
+                let wanted: HashSet<u64> = local.iter().map(|c| c.addr).collect();
+                for part in &probed_parts {
+                    for (i, addr) in part.addrs.iter().enumerate() {
+                        if wanted.contains(addr) {
+                            let v = &part.vectors[i * model.dim..(i + 1) * model.dim];
+                            vectors.insert(*addr, v.to_vec());
+                        }
+                    }
+                }
+            }
+            for c in local {
                 global.push(c);
             }
         }
@@ -670,17 +691,26 @@ impl Search {
         // Rows whose distance is undefined (zero vectors under cosine) rank after all others;
         // only keep them if there is room, exactly like `NULLS LAST`.
         candidates.truncate(k);
-        Ok(candidates)
+        Ok((candidates, vectors))
     }
 
     /// Reads the output columns of the chosen rows.
-    async fn fetch_rows(&self, candidates: &[Candidate]) -> Result<RecordBatch> {
+    /// `vectors` holds the current vectors of candidates found in IVF_FLAT segments; when it
+    /// has every candidate, the vector column is not read from Parquet.
+    async fn fetch_rows(
+        &self,
+        candidates: &[Candidate],
+        vectors: &HashMap<u64, Vec<f32>>,
+    ) -> Result<RecordBatch> {
         let addrs: Vec<u64> = candidates.iter().map(|c| c.addr).collect();
+        let column = self.query.column.as_str();
+        let from_index = addrs.iter().all(|a| vectors.contains_key(a));
         let table_fields: Vec<Field> = self
             .output_schema
             .fields()
             .iter()
             .filter(|f| f.name() != ROW_ADDR && f.name() != ROW_ID)
+            .filter(|f| !(from_index && f.name() == column))
             .map(|f| f.as_ref().clone())
             .collect();
         let read_schema = Arc::new(Schema::new(table_fields));
@@ -703,6 +733,23 @@ impl Search {
                             None => row_address(fragment.id, *o),
                         }
                     }))),
+                    name if from_index && name == column => {
+                        let DataType::FixedSizeList(item, dim) = field.data_type() else {
+                            return Err(DataFusionError::Internal(format!(
+                                "{name} is not a vector column"
+                            )));
+                        };
+                        let values: Vec<f32> = offs
+                            .iter()
+                            .flat_map(|o| vectors[&row_address(fragment.id, *o)].iter().copied())
+                            .collect();
+                        Arc::new(FixedSizeListArray::try_new(
+                            item.clone(),
+                            *dim,
+                            Arc::new(Float32Array::from(values)),
+                            None,
+                        )?)
+                    }
                     name => batch.column_by_name(name).cloned().ok_or_else(|| {
                         DataFusionError::Internal(format!("KNN fetch lacks column {name}"))
                     })?,
