@@ -97,6 +97,31 @@ fn index_txn(
     txn
 }
 
+/// Commits the replacement of some segments of `index` by `add` (and of its definition, when
+/// `def` is given). `covered`: the fragments whose rows the new segment read.
+async fn replace_segments(
+    snapshot: &Snapshot,
+    index: &str,
+    remove: Vec<u64>,
+    add: NewSegment,
+    def: Option<IndexDef>,
+    covered: &BTreeSet<u64>,
+) -> Result<u64> {
+    let rows = add.rows;
+    let change = IndexChange::ReplaceSegments {
+        index: index.to_string(),
+        remove,
+        add: vec![add],
+        def,
+    };
+    commit(
+        snapshot,
+        index_txn(snapshot, Operation::OptimizeIndex, change, covered),
+    )
+    .await?;
+    Ok(rows)
+}
+
 /// Builds a whole index (one segment over every fragment) on `snapshot`. Returns the new
 /// definition and segment, uncommitted.
 async fn build_full(
@@ -248,23 +273,12 @@ pub async fn optimize(
             };
             let (new_def, segment, covered) =
                 build_full(&snapshot, name, &def.column, def.kind.clone(), &opts).await?;
-            let rows = segment.rows;
             let remove = snapshot.manifest.segments_of(name).map(|s| s.id).collect();
-            let change = IndexChange::ReplaceSegments {
-                index: name.to_string(),
-                remove,
-                add: vec![segment],
-                def: Some(IndexDef {
-                    created_at_version: def.created_at_version,
-                    ..new_def
-                }),
+            let new_def = IndexDef {
+                created_at_version: def.created_at_version,
+                ..new_def
             };
-            commit(
-                &snapshot,
-                index_txn(&snapshot, Operation::OptimizeIndex, change, &covered),
-            )
-            .await?;
-            Ok(rows)
+            replace_segments(&snapshot, name, remove, segment, Some(new_def), &covered).await
         }
         OptimizeAction::Append => {
             let fresh = unowned_fragments(&snapshot, name);
@@ -275,19 +289,7 @@ pub async fn optimize(
             let vectors = build::read_vectors(&snapshot, &def.column, &fresh).await?;
             let segment =
                 build::write_segment(&snapshot.dir, name, &model, &vectors, fresh.clone()).await?;
-            let rows = segment.rows;
-            let change = IndexChange::ReplaceSegments {
-                index: name.to_string(),
-                remove: vec![],
-                add: vec![segment],
-                def: None,
-            };
-            commit(
-                &snapshot,
-                index_txn(&snapshot, Operation::OptimizeIndex, change, &fresh),
-            )
-            .await?;
-            Ok(rows)
+            replace_segments(&snapshot, name, vec![], segment, None, &fresh).await
         }
         OptimizeAction::Merge(n) => merge(snapshot, &def, n, cache).await,
     }
@@ -389,22 +391,11 @@ async fn merge(
     }
     let segment =
         build::write_partitions(dir, &def.name, &model, partitions, bitmap.clone()).await?;
-    let rows = segment.rows;
     // Fragments of the provenance still in the table whose rows the merged file does not hold
     // (their rows were stale, or another segment owns them) are not in `covered`, so the
     // commit records them as invalidated in the new segment.
-    let change = IndexChange::ReplaceSegments {
-        index: def.name.clone(),
-        remove: inputs.iter().map(|s| s.id).collect(),
-        add: vec![segment],
-        def: new_def,
-    };
-    commit(
-        &snapshot,
-        index_txn(&snapshot, Operation::OptimizeIndex, change, &covered),
-    )
-    .await?;
-    Ok(rows)
+    let remove = inputs.iter().map(|s| s.id).collect();
+    replace_segments(&snapshot, &def.name, remove, segment, new_def, &covered).await
 }
 
 /// The latest snapshot of a table, or "table does not exist".

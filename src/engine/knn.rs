@@ -126,10 +126,6 @@ impl KnnExec {
             props,
         })
     }
-
-    pub fn index(&self) -> Option<&IndexDef> {
-        self.index.as_ref()
-    }
 }
 
 impl DisplayAs for KnnExec {
@@ -245,6 +241,7 @@ impl ExecutionPlan for KnnExec {
             },
             output_schema: self.schema.clone(),
             allowed: None,
+            deletions: HashMap::new(),
         };
         let stream = futures::stream::once(async move { search.run().await });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
@@ -288,6 +285,8 @@ struct Search {
     output_schema: SchemaRef,
     /// Addresses of the rows passing the WHERE filter (`None`: no filter).
     allowed: Option<RoaringTreemap>,
+    /// Deletion vectors of the snapshot's fragments that have one, read once per query.
+    deletions: HashMap<u64, RoaringBitmap>,
 }
 
 impl Search {
@@ -297,6 +296,16 @@ impl Search {
 
     async fn run(mut self) -> Result<RecordBatch> {
         let k = self.query.k;
+        let snapshot = self.snapshot().clone();
+        for f in snapshot
+            .manifest
+            .fragments
+            .iter()
+            .filter(|f| f.deletion.is_some())
+        {
+            self.deletions
+                .insert(f.id, snapshot.dir.read_deletions(f).await?);
+        }
         if self.scan.predicate.is_some() {
             self.allowed = Some(self.allow_list().await?);
         }
@@ -438,11 +447,11 @@ impl Search {
                     load_vectors(dir.clone(), fragment.clone(), schema.clone())
                 })
                 .await?;
-            let deleted = dir.read_deletions(fragment).await?;
+            let deleted = self.deletions.get(&fragment.id);
             let dim = vectors.dim;
             for offset in 0..fragment.physical_rows {
                 let addr = row_address(fragment.id, offset);
-                if deleted.contains(offset as u32)
+                if deleted.is_some_and(|d| d.contains(offset as u32))
                     || self.allowed.as_ref().is_some_and(|a| !a.contains(addr))
                 {
                     continue;
@@ -572,10 +581,7 @@ impl Search {
             return Ok((self.brute_force(&manifest.fragments).await?, HashMap::new()));
         };
         let current: HashSet<u64> = manifest.fragments.iter().map(|f| f.id).collect();
-        let mut deletions: HashMap<u64, RoaringBitmap> = HashMap::new();
-        for f in manifest.fragments.iter().filter(|f| f.deletion.is_some()) {
-            deletions.insert(f.id, dir.read_deletions(f).await?);
-        }
+        let deletions = &self.deletions;
         let pq_width = model.pq.as_ref().map(|pq| pq.sub_vectors);
         let table = model
             .pq
@@ -606,7 +612,7 @@ impl Search {
                     .copied()
                     .filter(|f| current.contains(f))
                     .collect(),
-                deletions: Some(&deletions),
+                deletions: Some(deletions),
                 allowed,
             });
             if mask.as_ref().is_some_and(|m| m.owned.is_empty()) {

@@ -284,18 +284,17 @@ impl FragvecSession {
                 return self.run_query(&format!("EXPLAIN {}", finder.sql)).await;
             }
         }
-        if statement
-            .to_string()
-            .to_ascii_lowercase()
-            .contains("information_schema")
-        {
+        let text = statement.to_string().to_ascii_lowercase();
+        if text.contains("information_schema") {
             self.schema.refresh().await?;
         }
         // Queries and INSERTs cannot change the set of tables; anything else (CREATE
         // EXTERNAL TABLE, DROP, views) may, so the list SHOW TABLES uses is refreshed after.
         let changes_tables = !matches!(&statement, DFStatement::Statement(s)
             if matches!(s.as_ref(), Statement::Query(_) | Statement::Insert(_)));
-        let statement = self.pin(statement).await?;
+        let statement = self
+            .pin(statement, pin::mentions_virtual_columns(&text))
+            .await?;
         let result = if is_insert(&statement) {
             // Round-robin repartitioning would shuffle the rows of a single-partition source;
             // INSERT keeps its source's order so the logical order is the order given.
@@ -338,14 +337,16 @@ impl FragvecSession {
     }
 
     async fn run_query(&self, sql: &str) -> Result<StatementResult> {
-        let statement = self.pin(parse_query(sql)?).await?;
+        let statement = self
+            .pin(parse_query(sql)?, pin::mentions_virtual_columns(sql))
+            .await?;
         let plan = self.ctx.state().statement_to_plan(statement).await?;
         self.execute_plan(None, plan).await
     }
 
     /// Pins every fragvec table the statement reads to its latest (or named) version.
-    async fn pin(&self, mut statement: DFStatement) -> Result<DFStatement> {
-        let virtual_columns = pin::mentions_virtual_columns(&statement.to_string());
+    /// `virtual_columns`: whether the statement names `_rowaddr` / `_rowid`.
+    async fn pin(&self, mut statement: DFStatement, virtual_columns: bool) -> Result<DFStatement> {
         let target: &mut Statement = match &mut statement {
             DFStatement::Statement(s) => s.as_mut(),
             DFStatement::Explain(e) => match e.statement.as_mut() {
@@ -589,7 +590,9 @@ impl FragvecSession {
     }
 
     async fn finder_frame(&self, sql: &str) -> Result<DataFrame> {
-        let statement = self.pin(parse_query(sql)?).await?;
+        let statement = self
+            .pin(parse_query(sql)?, pin::mentions_virtual_columns(sql))
+            .await?;
         let plan = self.ctx.state().statement_to_plan(statement).await?;
         self.ctx.execute_logical_plan(plan).await
     }

@@ -270,10 +270,6 @@ impl Manifest {
         Ok(Arc::new(Schema::new(fields)))
     }
 
-    pub fn column_names(&self) -> Vec<String> {
-        self.columns.iter().map(|c| c.name.clone()).collect()
-    }
-
     pub fn live_rows(&self) -> u64 {
         self.fragments.iter().map(Fragment::live_rows).sum()
     }

@@ -66,14 +66,6 @@ impl TopK {
         }
     }
 
-    pub fn len(&self) -> usize {
-        self.heap.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.heap.is_empty()
-    }
-
     pub fn is_full(&self) -> bool {
         self.heap.len() >= self.k
     }

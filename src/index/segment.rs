@@ -257,10 +257,6 @@ impl PartitionCache {
         Ok(vectors)
     }
 
-    pub fn cached_bytes(&self) -> usize {
-        self.state.lock().expect("cache lock").bytes
-    }
-
     /// Reads an index's model file (cached: models are small, shared and immutable).
     pub async fn model(&self, dir: &TableDir, def: &IndexDef) -> Result<Arc<IvfModel>> {
         let key = format!("{}/{}", dir.name(), def.model_file);
