@@ -17,6 +17,8 @@ pub mod cli;
 pub mod engine;
 pub mod format;
 pub mod index;
+pub mod ledger;
+pub mod rewrite;
 pub mod sql;
 
 pub use engine::{FragvecSession, register};

@@ -1,5 +1,5 @@
 //! Introspection table functions: `fragvec_fragments('t')`, `fragvec_versions('t')`,
-//! `fragvec_indexes('t')` and `fragvec_segments('t')`.
+//! `fragvec_indexes('t')`, `fragvec_segments('t')` and `fragvec_ledger('t')`.
 //!
 //! Table functions are called synchronously while a query is planned, so they return a
 //! provider with a fixed schema and do their reading when the query is executed.
@@ -27,6 +27,7 @@ enum Kind {
     Versions,
     Indexes,
     Segments,
+    Ledger,
 }
 
 impl Kind {
@@ -36,6 +37,7 @@ impl Kind {
             Kind::Versions => "fragvec_versions",
             Kind::Indexes => "fragvec_indexes",
             Kind::Segments => "fragvec_segments",
+            Kind::Ledger => "fragvec_ledger",
         }
     }
 
@@ -75,6 +77,15 @@ impl Kind {
                 u64("largest_partition_rows"),
                 Field::new("needs_split", DataType::Boolean, false),
             ],
+            Kind::Ledger => vec![
+                u64("transition_id"),
+                Field::new("kind", DataType::Utf8, false),
+                Field::new("sources", DataType::Utf8, false),
+                Field::new("destinations", DataType::Utf8, false),
+                u64("rows_moved"),
+                u64("source_version"),
+                u64("committed_version"),
+            ],
             Kind::Segments => vec![
                 Field::new("index", DataType::Utf8, false),
                 u64("segment_id"),
@@ -95,6 +106,7 @@ pub fn register(ctx: &SessionContext, db: &Database) {
         Kind::Versions,
         Kind::Indexes,
         Kind::Segments,
+        Kind::Ledger,
     ] {
         ctx.register_udtf(
             kind.name(),
@@ -200,9 +212,16 @@ impl IntrospectTable {
                         per_partition.len(),
                     ));
                 }
-                let unindexed = |name: &str| {
-                    crate::engine::index_ops::unowned_fragments(&snapshot, name).len() as u64
-                };
+                let mut unowned = std::collections::HashMap::new();
+                for d in i {
+                    let (_, owners) =
+                        crate::engine::index_ops::ownerships(&snapshot, &d.name, &footers)
+                            .await
+                            .map_err(|e| FormatError::invalid(e.to_string()))?;
+                    let n = crate::engine::index_ops::unowned_fragments(&snapshot, &owners).len();
+                    unowned.insert(d.name.clone(), n as u64);
+                }
+                let unindexed = |name: &str| unowned[name];
                 vec![
                     Arc::new(StringArray::from_iter_values(
                         i.iter().map(|d| d.name.as_str()),
@@ -265,6 +284,37 @@ impl IntrospectTable {
                     )),
                     Arc::new(UInt64Array::from_iter_values(
                         s.iter().map(|x| x.size_bytes),
+                    )),
+                ]
+            }
+            Kind::Ledger => {
+                let m = dir.latest().await?.manifest;
+                let l = &m.reuse_ledger;
+                let ids = |d: &[crate::ledger::FragmentDigest]| {
+                    d.iter()
+                        .map(|f| f.id.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                };
+                vec![
+                    Arc::new(UInt64Array::from_iter_values(l.iter().map(|t| t.id))),
+                    Arc::new(StringArray::from_iter_values(
+                        l.iter().map(|t| t.mapping.kind()),
+                    )),
+                    Arc::new(StringArray::from_iter_values(
+                        l.iter().map(|t| ids(&t.sources)),
+                    )),
+                    Arc::new(StringArray::from_iter_values(
+                        l.iter().map(|t| ids(&t.destinations)),
+                    )),
+                    Arc::new(UInt64Array::from_iter_values(l.iter().map(|t| {
+                        t.destinations.iter().map(|d| d.physical_rows).sum::<u64>()
+                    }))),
+                    Arc::new(UInt64Array::from_iter_values(
+                        l.iter().map(|t| t.source_version),
+                    )),
+                    Arc::new(UInt64Array::from_iter_values(
+                        l.iter().map(|t| t.committed_version),
                     )),
                 ]
             }

@@ -12,10 +12,12 @@ use datafusion::common::{DataFusionError, Result};
 
 use crate::format::commit::{IndexChange, NewSegment};
 use crate::format::index_meta::{IndexDef, IndexKind};
+use crate::format::ledger_io::segment_ownerships;
 use crate::format::{self, FormatError, Operation, Snapshot, Transaction, split_row_address};
 use crate::index::build::{self, Vectors};
 use crate::index::distance::Metric;
 use crate::index::segment::PartitionCache;
+use crate::ledger::{Coverage, LedgerView, SegmentOwnership};
 use crate::sql::OptimizeAction;
 
 use super::types::vector_dim;
@@ -234,19 +236,28 @@ pub async fn drop(snapshot: Snapshot, name: &str, if_exists: bool) -> Result<u64
     Ok(0)
 }
 
-/// Fragments of the table that no segment of `index` owns.
-pub fn unowned_fragments(snapshot: &Snapshot, index: &str) -> BTreeSet<u64> {
-    let owned: HashSet<u64> = snapshot
-        .manifest
-        .segments_of(index)
-        .flat_map(|s| s.ownership())
-        .collect();
+/// Each segment of `index` with its ownership in current fragment ids (after rewrites).
+pub async fn ownerships(
+    snapshot: &Snapshot,
+    index: &str,
+    cache: &PartitionCache,
+) -> Result<(Arc<LedgerView>, BTreeMap<u64, SegmentOwnership>)> {
+    let view = cache.ledger(&snapshot.dir, &snapshot.manifest).await?;
+    let owners = segment_ownerships(&snapshot.dir, &snapshot.manifest, &view, index).await?;
+    Ok((view, owners))
+}
+
+/// Fragments of the table that no segment of `index` owns any row of.
+pub fn unowned_fragments(
+    snapshot: &Snapshot,
+    owners: &BTreeMap<u64, SegmentOwnership>,
+) -> BTreeSet<u64> {
     snapshot
         .manifest
         .fragments
         .iter()
         .map(|f| f.id)
-        .filter(|f| !owned.contains(f))
+        .filter(|f| !owners.values().any(|o| o.owns_fragment(*f)))
         .collect()
 }
 
@@ -281,7 +292,8 @@ pub async fn optimize(
             replace_segments(&snapshot, name, remove, segment, Some(new_def), &covered).await
         }
         OptimizeAction::Append => {
-            let fresh = unowned_fragments(&snapshot, name);
+            let (_, owners) = ownerships(&snapshot, name, cache).await?;
+            let fresh = unowned_fragments(&snapshot, &owners);
             if fresh.is_empty() {
                 return Ok(0);
             }
@@ -315,45 +327,67 @@ async fn merge(
         deletions.insert(f.id, dir.read_deletions(f).await?);
     }
     let pq = model.pq.is_some();
+    let (view, owners) = ownerships(&snapshot, &def.name, cache).await?;
     let mut kept = build::Vectors::default();
     let mut kept_codes: Vec<(u64, usize, Vec<u8>)> = Vec::new();
-    let mut provenance = BTreeSet::new();
+    let mut bitmap = BTreeSet::new();
     let mut live_frags = BTreeSet::new();
+    // Invalidations in fragment ids no longer in the table that rows kept at their old
+    // addresses still depend on.
+    let mut historic_invalidated = BTreeSet::new();
     for segment in inputs {
-        provenance.extend(segment.fragment_bitmap.iter().copied());
-        let owned: HashSet<u64> = segment
-            .ownership()
-            .into_iter()
-            .filter(|f| current.contains(f))
-            .collect();
-        live_frags.extend(owned.iter().copied());
+        let ownership = &owners[&segment.id];
+        live_frags.extend(ownership.fragments.keys().copied());
         let footer = cache.segment_footer(dir, segment, &model).await?;
         for p in 0..footer.partitions.len() {
             let part = cache.partition(dir, &segment.file, &footer, p, pq).await?;
-            for (i, addr) in part.addrs.iter().enumerate() {
-                let (frag, offset) = split_row_address(*addr);
-                if !owned.contains(&frag)
-                    || deletions
-                        .get(&frag)
-                        .is_some_and(|d: &roaring::RoaringBitmap| d.contains(offset as u32))
+            let moved = view
+                .translate(&part.addrs)
+                .await
+                .map_err(|e| FormatError::ledger(dir.name(), e))?;
+            for (i, (old, new)) in part.addrs.iter().zip(moved).enumerate() {
+                // Rows moved by rewrites get their current address, so the merged file needs
+                // no translation, except rows of fragments the segment owns only in part
+                // (a stable partition mixed them with rows of other segments): those keep
+                // their old address and go on being translated.
+                let Some(addr) = new.filter(|a| ownership.covers(*a)) else {
+                    continue;
+                };
+                let (frag, offset) = split_row_address(addr);
+                if deletions
+                    .get(&frag)
+                    .is_some_and(|d: &roaring::RoaringBitmap| d.contains(offset as u32))
                 {
                     continue;
                 }
+                let whole = matches!(ownership.fragments.get(&frag), Some(Coverage::Whole));
+                let written = if whole { addr } else { *old };
+                if whole {
+                    bitmap.insert(frag);
+                } else {
+                    bitmap.insert(split_row_address(*old).0);
+                    historic_invalidated.extend(
+                        segment
+                            .invalidated_fragments
+                            .iter()
+                            .filter(|f| !current.contains(f)),
+                    );
+                }
                 if pq {
                     let w = part.codes.len() / part.addrs.len().max(1);
-                    kept_codes.push((*addr, p, part.codes[i * w..(i + 1) * w].to_vec()));
+                    kept_codes.push((written, p, part.codes[i * w..(i + 1) * w].to_vec()));
                 } else {
-                    kept.addrs.push(*addr);
+                    kept.addrs.push(written);
                     kept.values
                         .extend_from_slice(&part.vectors[i * model.dim..(i + 1) * model.dim]);
                 }
             }
         }
     }
-    let fresh = unowned_fragments(&snapshot, &def.name);
+    let fresh = unowned_fragments(&snapshot, &owners);
     let new_vectors = build::read_vectors(&snapshot, &def.column, &fresh).await?;
     let covered: BTreeSet<u64> = live_frags.union(&fresh).copied().collect();
-    let bitmap: BTreeSet<u64> = provenance.union(&fresh).copied().collect();
+    bitmap.extend(fresh.iter().copied());
     let mut partitions = build::partition(
         &model,
         &Vectors {
@@ -389,8 +423,9 @@ async fn merge(
             });
         }
     }
-    let segment =
+    let mut segment =
         build::write_partitions(dir, &def.name, &model, partitions, bitmap.clone()).await?;
+    segment.invalidated = historic_invalidated;
     // Fragments of the provenance still in the table whose rows the merged file does not hold
     // (their rows were stale, or another segment owns them) are not in `covered`, so the
     // commit records them as invalidated in the new segment.

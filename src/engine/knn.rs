@@ -44,11 +44,13 @@ use super::options::FragvecOptions;
 use super::scan::{FragmentScanExec, ROW_ADDR, ROW_ID, ScanSpec, VirtualColumns};
 use crate::format::fragment_io::read_fragment_rows;
 use crate::format::index_meta::IndexDef;
+use crate::format::ledger_io::segment_ownerships;
 use crate::format::read_fragment;
 use crate::format::{Fragment, Snapshot, row_address, split_row_address};
 use crate::index::distance::{Metric, metric_key};
 use crate::index::search::{Candidate, RowMask, SearchStats, TopK, score_flat, score_pq};
-use crate::index::segment::{ColumnVectors, PartitionCache};
+use crate::index::segment::{ColumnVectors, PartitionCache, Translation};
+use crate::ledger::Coverage;
 
 /// Filters admitting at most this many rows are answered by scoring exactly those rows.
 const EXACT_FILTER_ROWS: u64 = 4096;
@@ -325,7 +327,7 @@ impl Search {
                 top.into_sorted()
             }
             None => {
-                self.brute_force(&self.snapshot().manifest.fragments)
+                self.brute_force(&self.snapshot().manifest.fragments, &HashMap::new())
                     .await?
             }
             Some(index) => {
@@ -334,7 +336,7 @@ impl Search {
                 if found.len() < k && (found.len() as u64) < qualifying {
                     // Rows the index cannot return (NULL vectors) would be in the exact answer.
                     self.counters.exact_fallbacks.add(1);
-                    self.brute_force(&self.snapshot().manifest.fragments)
+                    self.brute_force(&self.snapshot().manifest.fragments, &HashMap::new())
                         .await?
                 } else {
                     found
@@ -425,7 +427,12 @@ impl Search {
     /// Exact top-k over `fragments`, with deletions and the filter. Each fragment's vector
     /// column is decoded once and kept in the session's cache (within its byte budget), so
     /// repeated exact queries score from memory.
-    async fn brute_force(&self, fragments: &[Fragment]) -> Result<Vec<Candidate>> {
+    /// `skip`: rows some segment already answers for (of fragments segments own in part).
+    async fn brute_force(
+        &self,
+        fragments: &[Fragment],
+        skip: &HashMap<u64, RoaringBitmap>,
+    ) -> Result<Vec<Candidate>> {
         let dir = &self.snapshot().dir;
         let column = self.query.column.as_str();
         let field = self.snapshot().schema.field_with_name(column)?.clone();
@@ -448,10 +455,12 @@ impl Search {
                 })
                 .await?;
             let deleted = self.deletions.get(&fragment.id);
+            let skipped = skip.get(&fragment.id);
             let dim = vectors.dim;
             for offset in 0..fragment.physical_rows {
                 let addr = row_address(fragment.id, offset);
                 if deleted.is_some_and(|d| d.contains(offset as u32))
+                    || skipped.is_some_and(|d| d.contains(offset as u32))
                     || self.allowed.as_ref().is_some_and(|a| !a.contains(addr))
                 {
                     continue;
@@ -578,7 +587,11 @@ impl Search {
         }
         let Some(prepared) = model.prepare(&self.query.vector) else {
             // A zero query vector under cosine has no nearest rows; every distance is NULL.
-            return Ok((self.brute_force(&manifest.fragments).await?, HashMap::new()));
+            return Ok((
+                self.brute_force(&manifest.fragments, &HashMap::new())
+                    .await?,
+                HashMap::new(),
+            ));
         };
         let current: HashSet<u64> = manifest.fragments.iter().map(|f| f.id).collect();
         let deletions = &self.deletions;
@@ -594,28 +607,40 @@ impl Search {
         };
         let probe_order = model.probe_order(&prepared);
         let mut global = TopK::new(keep);
+        // Ownership in current fragment ids: rewrites recorded in the ledger moved rows of
+        // the segments' fragments, and ownership follows them.
+        let view = self.cache.ledger(dir, manifest).await?;
+        let owners = segment_ownerships(dir, manifest, &view, &index.name).await?;
         let mut owned_anywhere: HashSet<u64> = HashSet::new();
+        let mut covered_rows: HashMap<u64, RoaringBitmap> = HashMap::new();
         let mut vectors: HashMap<u64, Vec<f32>> = HashMap::new();
         for segment in manifest.segments_of(&index.name) {
             self.counters.segments_searched.add(1);
-            let ownership = segment.ownership();
-            owned_anywhere.extend(ownership.iter().copied());
-            let fast = segment.invalidated_fragments.is_empty()
-                && allowed.is_none()
-                && segment
-                    .fragment_bitmap
-                    .iter()
-                    .all(|f| current.contains(f) && !deletions.contains_key(f));
+            let ownership = &owners[&segment.id];
+            for (f, coverage) in &ownership.fragments {
+                match coverage {
+                    Coverage::Whole => {
+                        owned_anywhere.insert(*f);
+                    }
+                    Coverage::Rows(rows) => *covered_rows.entry(*f).or_default() |= rows,
+                }
+            }
+            // Translated partitions hold only rows the segment owns, at current addresses.
+            let translated = segment.fragment_bitmap.iter().any(|f| view.consumes(*f));
+            let fast = allowed.is_none()
+                && ownership
+                    .fragments
+                    .keys()
+                    .all(|f| !deletions.contains_key(f))
+                && (translated
+                    || (segment.invalidated_fragments.is_empty()
+                        && segment.fragment_bitmap.iter().all(|f| current.contains(f))));
             let mask = (!fast).then(|| RowMask {
-                owned: ownership
-                    .iter()
-                    .copied()
-                    .filter(|f| current.contains(f))
-                    .collect(),
+                owned: ownership.fragments.keys().copied().collect(),
                 deletions: Some(deletions),
                 allowed,
             });
-            if mask.as_ref().is_some_and(|m| m.owned.is_empty()) {
+            if ownership.fragments.is_empty() {
                 continue;
             }
             let footer = self.cache.segment_footer(dir, segment, &model).await?;
@@ -626,10 +651,25 @@ impl Search {
                 if probed >= self.nprobes && top.is_full() {
                     break;
                 }
-                let part = self
-                    .cache
-                    .partition(dir, &segment.file, &footer, p, pq_width.is_some())
-                    .await?;
+                let part = if translated {
+                    self.cache
+                        .translated_partition(
+                            dir,
+                            segment,
+                            &footer,
+                            p,
+                            pq_width.is_some(),
+                            Translation {
+                                view: &view,
+                                ownership,
+                            },
+                        )
+                        .await?
+                } else {
+                    self.cache
+                        .partition(dir, &segment.file, &footer, p, pq_width.is_some())
+                        .await?
+                };
                 probed_parts.push(part.clone());
                 match (&table, pq_width) {
                     (Some(t), Some(w)) => {
@@ -682,13 +722,19 @@ impl Search {
             .cloned()
             .collect();
         if !unindexed.is_empty() {
-            self.counters
-                .unindexed_rows
-                .add(unindexed.iter().map(|f| f.live_rows() as usize).sum());
+            self.counters.unindexed_rows.add(
+                unindexed
+                    .iter()
+                    .map(|f| {
+                        let covered = covered_rows.get(&f.id).map_or(0, |r| r.len());
+                        f.live_rows().saturating_sub(covered) as usize
+                    })
+                    .sum(),
+            );
             let mut top = TopK::new(k);
             for c in candidates
                 .into_iter()
-                .chain(self.brute_force(&unindexed).await?)
+                .chain(self.brute_force(&unindexed, &covered_rows).await?)
             {
                 top.push(c);
             }

@@ -13,6 +13,7 @@ pub mod functions;
 pub mod index_ops;
 pub mod knn;
 pub mod knn_rule;
+pub mod maintenance;
 pub mod options;
 pub mod provider;
 pub mod scan;

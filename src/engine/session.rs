@@ -31,6 +31,7 @@ use super::dml::RowChanges;
 use super::functions;
 use super::index_ops;
 use super::knn_rule::KnnRule;
+use super::maintenance;
 use super::options::FragvecOptions;
 use super::types;
 use super::udf;
@@ -201,17 +202,41 @@ impl FragvecSession {
         let retries = self.options().commit_retries;
         let mut attempt = 0;
         loop {
-            match self.index_statement(&statement).await {
-                Ok(rows) => return StatementResult::count(rows),
+            match self.own_statement(&statement).await {
+                Ok(result) => return Ok(result),
                 Err(e) if is_retryable(&e) && attempt < retries => attempt += 1,
                 Err(e) => return Err(e),
             }
         }
     }
 
+    /// Runs one of fragvec's own statements once, on the latest version.
+    async fn own_statement(&self, statement: &FragvecStatement) -> Result<StatementResult> {
+        let one_row = |batch: RecordBatch| StatementResult::rows(batch.schema(), vec![batch]);
+        match statement {
+            FragvecStatement::Compact { table, options } => {
+                let snapshot = index_ops::latest(self.database(), table).await?;
+                let batch = maintenance::run_compact(&snapshot, options).await?;
+                Ok(one_row(batch))
+            }
+            FragvecStatement::Vacuum {
+                table,
+                retain_versions,
+            } => {
+                let snapshot = index_ops::latest(self.database(), table).await?;
+                let batch = maintenance::run_vacuum(&snapshot, *retain_versions).await?;
+                Ok(one_row(batch))
+            }
+            other => StatementResult::count(self.index_statement(other).await?),
+        }
+    }
+
     async fn index_statement(&self, statement: &FragvecStatement) -> Result<u64> {
         let cache = self.schema.index_cache();
         match statement {
+            FragvecStatement::Compact { .. } | FragvecStatement::Vacuum { .. } => {
+                unreachable!("handled by own_statement")
+            }
             FragvecStatement::DataFusion(_) => unreachable!("handled by execute"),
             FragvecStatement::CreateVectorIndex {
                 name,

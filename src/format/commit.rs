@@ -28,6 +28,8 @@ use super::manifest::{
 };
 use super::rowids::RowIdSequence;
 use super::store::{Snapshot, TableDir, random_tag};
+use crate::ledger::transition::{descendants, needed};
+use crate::ledger::{FragmentDigest, Mapping, Transition};
 
 /// How many times one commit re-reads the latest version after losing a put race.
 const MAX_PUT_ATTEMPTS: usize = 20;
@@ -54,6 +56,8 @@ pub struct NewSegment {
     pub size_bytes: u64,
     pub rows: u64,
     pub fragment_bitmap: BTreeSet<u64>,
+    /// Fragments (of earlier id domains) whose rows in this file are known to be stale.
+    pub invalidated: BTreeSet<u64>,
 }
 
 /// Changes to a table's vector indexes.
@@ -77,6 +81,83 @@ pub enum IndexChange {
     },
 }
 
+/// A rewrite of adjacent fragments (compaction, recluster): the outputs replace the sources
+/// **at the sources' position** in the fragment list, so scan order is kept.
+#[derive(Clone, Debug)]
+pub struct Rewrite {
+    /// The sources as the rewrite read them, in logical order (adjacent).
+    pub sources: Vec<FragmentDigest>,
+    /// Their data files as read: a source rewritten in place since is a conflict.
+    pub source_files: Vec<Vec<DataFile>>,
+    /// The deletion file of each source as read (`None`: none). Its rows did not move; rows
+    /// deleted since are carried over to the outputs at commit time.
+    pub removed: Vec<Option<DeletionFile>>,
+    /// The new fragments, in order; their row ids are the sources' surviving ids.
+    pub outputs: Vec<NewFragment>,
+    /// How rows map onto the outputs (an ordered compaction unless a row map is given).
+    pub row_map: Option<RowMapRef>,
+}
+
+/// A row-map file written by a stable-partition rewrite.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowMapRef {
+    pub path: String,
+    pub size_bytes: u64,
+}
+
+impl Rewrite {
+    fn mapping(&self) -> Mapping {
+        match &self.row_map {
+            None => Mapping::OrderedCompaction {
+                removed: self
+                    .removed
+                    .iter()
+                    .map(|d| d.as_ref().map(|d| d.path.clone()))
+                    .collect(),
+            },
+            Some(r) => Mapping::StablePartition {
+                row_map: r.path.clone(),
+                size_bytes: r.size_bytes,
+            },
+        }
+    }
+
+    /// The transition this rewrite records once its outputs have ids.
+    pub fn transition(&self, id: u64, read: u64, committed: u64, outputs: &[u64]) -> Transition {
+        Transition {
+            id,
+            source_version: read,
+            committed_version: committed,
+            sources: self.sources.clone(),
+            destinations: self
+                .outputs
+                .iter()
+                .zip(outputs)
+                .map(|(o, id)| FragmentDigest {
+                    id: *id,
+                    physical_rows: o.written.physical_rows,
+                    deleted_rows: 0,
+                })
+                .collect(),
+            mapping: self.mapping(),
+        }
+    }
+}
+
+/// Fragment ids a commit onto `latest` gives to new fragments: each rewrite's outputs in
+/// order, then the appends.
+pub fn allocate_ids(latest: &Manifest, txn: &Transaction) -> (Vec<Vec<u64>>, Vec<u64>) {
+    let mut next = latest.next_fragment_id;
+    let mut take = |n: usize| {
+        let ids: Vec<u64> = (next..next + n as u64).collect();
+        next += n as u64;
+        ids
+    };
+    let rewrites = txn.rewrites.iter().map(|r| take(r.outputs.len())).collect();
+    let appends = take(txn.appends.len());
+    (rewrites, appends)
+}
+
 /// The changes one statement makes, relative to the version it read.
 #[derive(Clone, Debug)]
 pub struct Transaction {
@@ -92,6 +173,8 @@ pub struct Transaction {
     /// For index builds: the data files of every fragment the new segments cover, as read.
     /// A fragment whose files differ at commit time is marked invalidated in the new segment.
     pub read_fragment_files: BTreeMap<u64, Vec<DataFile>>,
+    /// Rewrites of adjacent fragments, spliced in place.
+    pub rewrites: Vec<Rewrite>,
 }
 
 impl Transaction {
@@ -104,6 +187,7 @@ impl Transaction {
             column_rewrites: BTreeMap::new(),
             index_change: None,
             read_fragment_files: BTreeMap::new(),
+            rewrites: vec![],
         }
     }
 
@@ -112,6 +196,7 @@ impl Transaction {
             && self.deletions.is_empty()
             && self.column_rewrites.is_empty()
             && self.index_change.is_none()
+            && self.rewrites.is_empty()
     }
 }
 
@@ -131,6 +216,25 @@ pub fn rebase_conflict(read: &Manifest, latest: &Manifest, txn: &Transaction) ->
             return Some(format!(
                 "fragment {id} was rewritten by a concurrent commit"
             ));
+        }
+    }
+    for rewrite in &txn.rewrites {
+        for (source, files) in rewrite.sources.iter().zip(&rewrite.source_files) {
+            match latest.fragment(source.id) {
+                None => {
+                    return Some(format!(
+                        "fragment {} was rewritten or removed by a concurrent commit",
+                        source.id
+                    ));
+                }
+                Some(now) if &now.files != files => {
+                    return Some(format!(
+                        "fragment {} was rewritten in place by a concurrent commit",
+                        source.id
+                    ));
+                }
+                Some(_) => {}
+            }
         }
     }
     None
@@ -159,13 +263,18 @@ pub fn apply(
         if let Some(file) = txn.column_rewrites.get(&frag.id) {
             // Segments holding this fragment's old values of an indexed column become stale
             // for it: record that, so their ownership excludes it from now on.
+            // A segment holds it when its file names the fragment or one the ledger says
+            // the fragment's rows came from.
             for index in next
                 .indexes
                 .iter()
                 .filter(|i| file.columns.contains(&i.column))
             {
                 for seg in next.index_segments.iter_mut() {
-                    if seg.index == index.name && seg.fragment_bitmap.contains(&frag.id) {
+                    if seg.index == index.name
+                        && descendants(&latest.reuse_ledger, &seg.fragment_bitmap)
+                            .contains(&frag.id)
+                    {
                         seg.invalidated_fragments.insert(frag.id);
                     }
                 }
@@ -178,14 +287,31 @@ pub fn apply(
         }
     }
     let stable = latest.properties.stable_row_ids;
-    for new in &txn.appends {
-        let id = next.next_fragment_id;
-        if id > MAX_FRAGMENT_ID {
-            return Err(FormatError::invalid(
-                "the table has run out of fragment ids",
-            ));
+    let (rewrite_ids, append_ids) = allocate_ids(latest, txn);
+    let total = rewrite_ids.iter().map(Vec::len).sum::<usize>() + append_ids.len();
+    if latest.next_fragment_id + total as u64 > MAX_FRAGMENT_ID + 1 {
+        return Err(FormatError::invalid(
+            "the table has run out of fragment ids",
+        ));
+    }
+    next.next_fragment_id += total as u64;
+    // Segment files name these fragments; transitions that moved their rows are needed.
+    let roots: BTreeSet<u64> = next
+        .index_segments
+        .iter()
+        .flat_map(|s| s.fragment_bitmap.iter().copied())
+        .collect();
+    let reach = descendants(&next.reuse_ledger, &roots);
+    for (rewrite, ids) in txn.rewrites.iter().zip(&rewrite_ids) {
+        splice(&mut next, rewrite, ids, stable, deletion_files)?;
+        if rewrite.sources.iter().any(|s| reach.contains(&s.id)) {
+            let id = next.next_transition_id;
+            next.next_transition_id += 1;
+            let t = rewrite.transition(id, txn.read_version, next.version, ids);
+            next.reuse_ledger.push(t);
         }
-        next.next_fragment_id += 1;
+    }
+    for (new, id) in txn.appends.iter().zip(append_ids) {
         let rows = new.written.physical_rows;
         let row_ids = match (&new.row_ids, stable) {
             (_, false) => None,
@@ -215,12 +341,69 @@ pub fn apply(
     if let Some(change) = &txn.index_change {
         apply_index_change(&mut next, latest, txn, change)?;
     }
+    // Transitions no segment needs any more (their segments were merged or dropped).
+    let roots: BTreeSet<u64> = next
+        .index_segments
+        .iter()
+        .flat_map(|s| s.fragment_bitmap.iter().copied())
+        .collect();
+    next.reuse_ledger = needed(&next.reuse_ledger, &roots);
+    next.sync_index_feature();
     next.validate().map_err(|reason| {
         FormatError::invalid(format!(
             "commit would produce an invalid manifest: {reason}"
         ))
     })?;
     Ok(next)
+}
+
+/// Replaces a rewrite's sources by its outputs at the sources' position.
+fn splice(
+    next: &mut Manifest,
+    rewrite: &Rewrite,
+    ids: &[u64],
+    stable: bool,
+    deletion_files: &BTreeMap<u64, DeletionFile>,
+) -> Result<()> {
+    let first = rewrite
+        .sources
+        .first()
+        .and_then(|s| next.fragments.iter().position(|f| f.id == s.id))
+        .ok_or_else(|| FormatError::invalid("a rewrite source is not in the table"))?;
+    let n = rewrite.sources.len();
+    let adjacent = next.fragments.len() >= first + n
+        && rewrite
+            .sources
+            .iter()
+            .zip(&next.fragments[first..first + n])
+            .all(|(s, f)| s.id == f.id);
+    if !adjacent {
+        return Err(FormatError::invalid(
+            "the fragments of a rewrite are not adjacent in the table",
+        ));
+    }
+    let mut outputs = Vec::with_capacity(ids.len());
+    for (new, &id) in rewrite.outputs.iter().zip(ids) {
+        let rows = new.written.physical_rows;
+        let row_ids = match (&new.row_ids, stable) {
+            (_, false) => None,
+            (NewRowIds::Given(seq), true) if seq.len() == rows => Some(seq.clone()),
+            _ => {
+                return Err(FormatError::invalid(
+                    "rewrite outputs must carry their rows' ids",
+                ));
+            }
+        };
+        outputs.push(Fragment {
+            id,
+            files: new.written.files.clone(),
+            physical_rows: rows,
+            deletion: deletion_files.get(&id).cloned(),
+            row_ids,
+        });
+    }
+    next.fragments.splice(first..first + n, outputs);
+    Ok(())
 }
 
 fn apply_index_change(
@@ -235,12 +418,13 @@ fn apply_index_change(
         // Fragments of the new segment rewritten in place (or removed) since the version the
         // segment was built from hold different rows now: the segment's rows of them are stale.
         let read_files = |f: u64| txn_read_files(txn, latest, f);
-        let invalidated = new
+        let mut invalidated: BTreeSet<u64> = new
             .fragment_bitmap
             .iter()
             .copied()
             .filter(|f| read_files(*f))
             .collect();
+        invalidated.extend(new.invalidated.iter().copied());
         next.index_segments.push(IndexSegment {
             id,
             index: index.to_string(),
@@ -303,6 +487,93 @@ fn txn_read_files(txn: &Transaction, latest: &Manifest, f: u64) -> bool {
     }
 }
 
+/// Rows of a rewrite's sources deleted after the rewrite read them (a concurrent DELETE or
+/// UPDATE) are deleted in the outputs too, so no deleted row comes back: the new deletions
+/// are translated through the rewrite's own mapping and written as the outputs' deletion
+/// vectors.
+async fn carry_deletions(
+    dir: &TableDir,
+    latest: &Manifest,
+    txn: &Transaction,
+    deletion_files: &mut BTreeMap<u64, DeletionFile>,
+) -> Result<()> {
+    let (rewrite_ids, _) = allocate_ids(latest, txn);
+    for (rewrite, ids) in txn.rewrites.iter().zip(&rewrite_ids) {
+        let mut changed = Vec::new();
+        for (i, source) in rewrite.sources.iter().enumerate() {
+            let now = latest.fragment(source.id).ok_or_else(|| {
+                FormatError::invalid(format!("rewrite source {} left the table", source.id))
+            })?;
+            if now.deletion != rewrite.removed[i] {
+                let before = Fragment {
+                    deletion: rewrite.removed[i].clone(),
+                    ..now.clone()
+                };
+                let read = dir.read_deletions(&before).await?;
+                let added = &dir.read_deletions(now).await? - &read;
+                if !added.is_empty() {
+                    changed.push((i, read, added));
+                }
+            }
+        }
+        if changed.is_empty() {
+            continue;
+        }
+        let t = rewrite.transition(0, txn.read_version, latest.version + 1, ids);
+        let mut per_output: BTreeMap<u64, RoaringBitmap> = BTreeMap::new();
+        match &t.mapping {
+            Mapping::OrderedCompaction { .. } => {
+                let mut removed = vec![RoaringBitmap::new(); rewrite.sources.len()];
+                for (i, read, _) in &changed {
+                    removed[*i] = read.clone();
+                }
+                for (i, d) in rewrite.removed.iter().enumerate() {
+                    if d.is_some() && removed[i].is_empty() {
+                        let source = latest.fragment(rewrite.sources[i].id).expect("checked");
+                        let before = Fragment {
+                            deletion: d.clone(),
+                            ..source.clone()
+                        };
+                        removed[i] = dir.read_deletions(&before).await?;
+                    }
+                }
+                let remap = crate::ledger::OrderedRemap::new(&t, removed)
+                    .map_err(|e| FormatError::ledger(dir.name(), e))?;
+                for (i, _, added) in &changed {
+                    for (dest, bits) in remap
+                        .image(rewrite.sources[*i].id, Some(added))
+                        .map_err(|e| FormatError::ledger(dir.name(), e))?
+                    {
+                        *per_output.entry(dest).or_default() |= bits;
+                    }
+                }
+            }
+            Mapping::StablePartition { .. } => {
+                return Err(FormatError::Conflict {
+                    table: dir.name().to_string(),
+                    version: latest.version,
+                    reason: "rows of a reclustered fragment were deleted concurrently".into(),
+                });
+            }
+        }
+        for (dest, bits) in per_output {
+            let position = ids.iter().position(|i| *i == dest).expect("own output");
+            let fragment = Fragment {
+                id: dest,
+                files: vec![],
+                physical_rows: rewrite.outputs[position].written.physical_rows,
+                deletion: None,
+                row_ids: None,
+            };
+            let file = dir
+                .write_deletions(&fragment, &bits, txn.read_version)
+                .await?;
+            deletion_files.insert(dest, file);
+        }
+    }
+    Ok(())
+}
+
 /// Commits `txn` (read at `read`), rebasing over concurrent commits. Returns the new snapshot.
 pub async fn commit(dir: &Arc<TableDir>, read: &Manifest, txn: &Transaction) -> Result<Snapshot> {
     let conflict = |version: u64, reason: String| FormatError::Conflict {
@@ -345,6 +616,7 @@ pub async fn commit(dir: &Arc<TableDir>, read: &Manifest, txn: &Transaction) -> 
             let file = dir.write_deletions(now, &merged, txn.read_version).await?;
             deletion_files.insert(*id, file);
         }
+        carry_deletions(dir, &latest, txn, &mut deletion_files).await?;
         let next = match apply(&latest, txn, &deletion_files, random_tag()) {
             Ok(next) => next,
             // Rebased index changes can collide with a concurrent one (two appends indexing
@@ -457,6 +729,7 @@ mod tests {
             size_bytes: 1,
             rows: 1,
             fragment_bitmap: fragments.iter().copied().collect(),
+            invalidated: BTreeSet::new(),
         }
     }
 

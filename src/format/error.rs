@@ -45,6 +45,12 @@ pub enum FormatError {
     },
     #[error("arrow error: {0}")]
     Arrow(#[from] datafusion::arrow::error::ArrowError),
+    #[error("table '{table}': {source}")]
+    Ledger {
+        table: String,
+        #[source]
+        source: crate::ledger::LedgerError,
+    },
 }
 
 impl FormatError {
@@ -63,6 +69,13 @@ impl FormatError {
         FormatError::Corrupt {
             path: path.to_string(),
             reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn ledger(table: impl fmt::Display, source: crate::ledger::LedgerError) -> Self {
+        FormatError::Ledger {
+            table: table.to_string(),
+            source,
         }
     }
 

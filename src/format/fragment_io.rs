@@ -146,28 +146,50 @@ impl FileWriter {
 pub async fn write_fragments<S>(
     dir: &Arc<TableDir>,
     schema: &SchemaRef,
-    mut batches: S,
+    batches: S,
     max_rows: u64,
 ) -> Result<Vec<WrittenFragment>>
 where
     S: Stream<Item = Result<RecordBatch>> + Unpin,
 {
     let max_rows = max_rows.max(1);
+    write_sized_fragments(dir, schema, batches, std::iter::repeat(max_rows)).await
+}
+
+/// Writes a stream of batches into fragments, in input order: the i-th fragment gets
+/// `sizes[i]` rows (the last one fewer if the input ends; rows past the sizes are an error).
+pub async fn write_sized_fragments<S, I>(
+    dir: &Arc<TableDir>,
+    schema: &SchemaRef,
+    mut batches: S,
+    sizes: I,
+) -> Result<Vec<WrittenFragment>>
+where
+    S: Stream<Item = Result<RecordBatch>> + Unpin,
+    I: IntoIterator<Item = u64>,
+{
+    let mut sizes = sizes.into_iter();
     let mut done = Vec::new();
-    let mut current: Option<FileWriter> = None;
+    let mut current: Option<(FileWriter, u64)> = None;
     while let Some(batch) = batches.next().await {
         let mut batch = batch?;
         while batch.num_rows() > 0 {
-            let writer = match &mut current {
+            let (writer, size) = match &mut current {
                 Some(w) => w,
-                None => current.insert(FileWriter::try_new(dir, schema)?),
+                None => {
+                    let size = sizes.next().filter(|s| *s > 0).ok_or_else(|| {
+                        FormatError::invalid("more rows than the fragment sizes allow")
+                    })?;
+                    current.insert((FileWriter::try_new(dir, schema)?, size))
+                }
             };
-            let room = (max_rows - writer.rows) as usize;
+            let room = (*size - writer.rows) as usize;
             let take = room.min(batch.num_rows());
             writer.write(&batch.slice(0, take)).await?;
             batch = batch.slice(take, batch.num_rows() - take);
-            if writer.rows == max_rows {
-                let (file, rows) = current.take().expect("writer present").finish().await?;
+            if writer.rows == *size {
+                let (w, _) = current.take().expect("writer present");
+                let (file, rows) = w.finish().await?;
                 done.push(WrittenFragment {
                     files: vec![file],
                     physical_rows: rows,
@@ -175,7 +197,7 @@ where
             }
         }
     }
-    if let Some(w) = current.take()
+    if let Some((w, _)) = current.take()
         && w.rows > 0
     {
         let (file, rows) = w.finish().await?;

@@ -24,6 +24,8 @@ use serde::{Deserialize, Serialize};
 use super::error::{FormatError, Result};
 use super::index_meta::{IndexDef, IndexSegment, validate_segments};
 use super::rowids::RowIdSequence;
+use crate::ledger::Transition;
+use crate::ledger::transition::KNOWN_MAPPINGS;
 
 /// First field of every manifest; anything else is a foreign file.
 pub const MANIFEST_MAGIC: &str = "fragvec-manifest";
@@ -34,12 +36,14 @@ pub const KNOWN_READER_FEATURES: &[&str] = &[
     feature::STABLE_ROW_IDS,
     feature::DELETION_FILES,
     feature::VECTOR_INDEX,
+    feature::REUSE_LEDGER,
 ];
 /// Writer features this build understands (a writer must understand reader features too).
 pub const KNOWN_WRITER_FEATURES: &[&str] = &[
     feature::STABLE_ROW_IDS,
     feature::DELETION_FILES,
     feature::VECTOR_INDEX,
+    feature::REUSE_LEDGER,
 ];
 
 pub mod feature {
@@ -50,6 +54,9 @@ pub mod feature {
     /// The table has vector indexes: readers must apply segment ownership when they use them,
     /// and writers must keep `invalidated_fragments` true.
     pub const VECTOR_INDEX: &str = "vector_index";
+    /// Index segments may hold row addresses of rewritten fragments: a reader must translate
+    /// them through the reuse ledger before using them.
+    pub const REUSE_LEDGER: &str = "reuse_ledger";
 }
 
 /// Default for the `max_rows_per_fragment` table option.
@@ -159,6 +166,9 @@ pub enum Operation {
     CreateIndex,
     DropIndex,
     OptimizeIndex,
+    Compact,
+    Recluster,
+    Vacuum,
 }
 
 impl Operation {
@@ -172,6 +182,9 @@ impl Operation {
             Operation::CreateIndex => "CREATE INDEX",
             Operation::DropIndex => "DROP INDEX",
             Operation::OptimizeIndex => "OPTIMIZE INDEX",
+            Operation::Compact => "COMPACT",
+            Operation::Recluster => "RECLUSTER",
+            Operation::Vacuum => "VACUUM",
         }
     }
 }
@@ -205,10 +218,12 @@ pub struct Manifest {
     pub index_segments: Vec<IndexSegment>,
     #[serde(default)]
     pub next_segment_id: u64,
-    /// Fragment-reuse ledger. Always empty in this format version: a table that has entries
-    /// carries a reader feature this build does not know, and is refused before it is read.
+    /// Fragment-reuse ledger: how rewrites moved rows (see [`crate::ledger`]), in commit
+    /// order. Translation order is derived from lineage, not from this order.
     #[serde(default)]
-    pub reuse_ledger: Vec<serde_json::Value>,
+    pub reuse_ledger: Vec<Transition>,
+    #[serde(default)]
+    pub next_transition_id: u64,
     pub reader_features: BTreeSet<String>,
     pub writer_features: BTreeSet<String>,
     pub transaction: TransactionRecord,
@@ -243,6 +258,7 @@ impl Manifest {
             index_segments: vec![],
             next_segment_id: 0,
             reuse_ledger: vec![],
+            next_transition_id: 0,
             writer_features: reader_features.clone(),
             reader_features,
             transaction: TransactionRecord {
@@ -305,6 +321,22 @@ impl Manifest {
                 }
             }
         }
+        if let Some(ledger) = value.get("reuse_ledger").and_then(|l| l.as_array()) {
+            for t in ledger {
+                let kind = t.pointer("/mapping/kind").and_then(|k| k.as_str());
+                if !kind.is_some_and(|k| KNOWN_MAPPINGS.contains(&k)) {
+                    return Err(FormatError::corrupt(
+                        path,
+                        format!(
+                            "reuse ledger transition {} has mapping kind {} this build cannot \
+                             translate",
+                            t.get("id").map_or("?".to_string(), |i| i.to_string()),
+                            kind.map_or("<missing>".to_string(), |k| format!("'{k}'"))
+                        ),
+                    ));
+                }
+            }
+        }
         let manifest: Manifest = serde_json::from_value(value)
             .map_err(|e| FormatError::corrupt(path, format!("invalid manifest: {e}")))?;
         manifest
@@ -337,10 +369,8 @@ impl Manifest {
         if self.version == 0 {
             return Err("version 0 is not a valid table version".into());
         }
-        if !self.reuse_ledger.is_empty() {
-            return Err("ledger entries without their feature flag".into());
-        }
         self.validate_indexes()?;
+        self.validate_ledger()?;
         let columns: HashSet<&str> = self.columns.iter().map(|c| c.name.as_str()).collect();
         if columns.len() != self.columns.len() {
             return Err("duplicate column names".into());
@@ -425,15 +455,60 @@ impl Manifest {
         self.index_segments.iter().filter(move |s| s.index == index)
     }
 
-    /// Keeps the `vector_index` feature flag in step with whether the table has indexes.
+    /// Keeps the `vector_index` and `reuse_ledger` feature flags in step with whether the
+    /// table has indexes and ledger entries.
     pub fn sync_index_feature(&mut self) {
         for flags in [&mut self.reader_features, &mut self.writer_features] {
-            if self.indexes.is_empty() {
-                flags.remove(feature::VECTOR_INDEX);
-            } else {
-                flags.insert(feature::VECTOR_INDEX.to_string());
+            for (flag, on) in [
+                (feature::VECTOR_INDEX, !self.indexes.is_empty()),
+                (feature::REUSE_LEDGER, !self.reuse_ledger.is_empty()),
+            ] {
+                if on {
+                    flags.insert(flag.to_string());
+                } else {
+                    flags.remove(flag);
+                }
             }
         }
+    }
+
+    fn validate_ledger(&self) -> std::result::Result<(), String> {
+        if self.reuse_ledger.is_empty() {
+            return Ok(());
+        }
+        if !self.reader_features.contains(feature::REUSE_LEDGER) {
+            return Err("ledger entries without the reuse_ledger feature flag".into());
+        }
+        crate::ledger::validate(&self.reuse_ledger).map_err(|e| e.to_string())?;
+        let current: HashSet<u64> = self.fragments.iter().map(|f| f.id).collect();
+        for t in &self.reuse_ledger {
+            if t.id >= self.next_transition_id {
+                return Err(format!(
+                    "transition id {} is not below next_transition_id",
+                    t.id
+                ));
+            }
+            for s in &t.sources {
+                if current.contains(&s.id) {
+                    return Err(format!(
+                        "fragment {} is still in the table but transition {} rewrote it",
+                        s.id, t.id
+                    ));
+                }
+            }
+            for f in t.sources.iter().chain(&t.destinations) {
+                if f.id >= self.next_fragment_id {
+                    return Err(format!(
+                        "transition {} names fragment {} not below next_fragment_id",
+                        t.id, f.id
+                    ));
+                }
+            }
+            for file in t.mapping.files() {
+                check_relative_path(file)?;
+            }
+        }
+        Ok(())
     }
 
     fn validate_indexes(&self) -> std::result::Result<(), String> {

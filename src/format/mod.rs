@@ -8,11 +8,14 @@ pub mod deletion;
 pub mod error;
 pub mod fragment_io;
 pub mod index_meta;
+pub mod ledger_io;
 pub mod manifest;
+pub mod row_map_file;
 pub mod rowids;
 pub mod store;
+pub mod vacuum;
 
-pub use commit::{NewFragment, NewRowIds, Transaction, commit};
+pub use commit::{NewFragment, NewRowIds, Rewrite, RowMapRef, Transaction, commit};
 pub use error::{FormatError, Result};
 pub use fragment_io::{WrittenFragment, read_fragment, write_fragments};
 pub use manifest::{

@@ -21,7 +21,7 @@ use super::deletion;
 use super::error::{FormatError, Result};
 use super::manifest::{DeletionFile, Fragment, Manifest, TableProperties};
 
-const VERSIONS_DIR: &str = "_versions";
+pub(crate) const VERSIONS_DIR: &str = "_versions";
 const MANIFEST_SUFFIX: &str = ".manifest";
 
 /// In-process `memory://name` stores, so two sessions in one process can share one.
@@ -325,6 +325,15 @@ impl TableDir {
         {
             Ok(_) => Ok(true),
             Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(e) => Err(FormatError::store(&path, e)),
+        }
+    }
+
+    /// Removes the manifest of a version (VACUUM).
+    pub async fn delete_manifest(&self, version: u64) -> Result<()> {
+        let path = self.manifest_path(version);
+        match self.store.delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(FormatError::store(&path, e)),
         }
     }

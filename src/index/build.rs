@@ -203,5 +203,6 @@ pub async fn write_partitions(
         size_bytes: size,
         rows,
         fragment_bitmap: fragments,
+        invalidated: Default::default(),
     })
 }

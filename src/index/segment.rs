@@ -17,7 +17,9 @@ use object_store::ObjectStoreExt;
 
 use super::ivf::IvfModel;
 use crate::format::index_meta::{IndexDef, IndexSegment};
-use crate::format::{FormatError, Result, TableDir};
+use crate::format::ledger_io::{ledger_key, load_ledger};
+use crate::format::{FormatError, Manifest, Result, TableDir};
+use crate::ledger::{LedgerView, SegmentOwnership};
 
 const MAGIC: &[u8; 8] = b"FVSEG001";
 const END_MAGIC: &[u8; 8] = b"FVSEGEND";
@@ -187,6 +189,13 @@ impl Entry {
 }
 
 /// A byte-bounded cache of segment footers and partitions, shared by a session's queries.
+/// How to bring a segment's rows up to date: the ledger and the segment's ownership.
+#[derive(Clone, Copy, Debug)]
+pub struct Translation<'a> {
+    pub view: &'a LedgerView,
+    pub ownership: &'a SegmentOwnership,
+}
+
 #[derive(Debug)]
 pub struct PartitionCache {
     budget: AtomicUsize,
@@ -197,6 +206,8 @@ pub struct PartitionCache {
 struct CacheState {
     footers: HashMap<String, Arc<Footer>>,
     models: HashMap<String, Arc<IvfModel>>,
+    /// Loaded reuse ledgers by (table, ledger state); small: one entry per transition.
+    ledgers: HashMap<String, Arc<LedgerView>>,
     /// Partitions keyed by (segment file, partition); decoded vector columns by (data file, 0).
     entries: HashMap<(String, usize), Entry>,
     order: VecDeque<(String, usize)>,
@@ -258,6 +269,92 @@ impl PartitionCache {
     }
 
     /// Reads an index's model file (cached: models are small, shared and immutable).
+    /// The loaded reuse ledger of a manifest (shared by every version with the same ledger).
+    pub async fn ledger(&self, dir: &TableDir, manifest: &Manifest) -> Result<Arc<LedgerView>> {
+        if manifest.reuse_ledger.is_empty() {
+            return Ok(Arc::new(LedgerView::default()));
+        }
+        let key = format!("{}#{}", dir.name(), ledger_key(manifest));
+        if let Some(v) = self.state.lock().expect("cache lock").ledgers.get(&key) {
+            return Ok(v.clone());
+        }
+        let view = Arc::new(load_ledger(dir, manifest).await?);
+        self.state
+            .lock()
+            .expect("cache lock")
+            .ledgers
+            .insert(key, view.clone());
+        Ok(view)
+    }
+
+    /// A partition of a segment whose rows were moved by rewrites: addresses translated
+    /// through the ledger, rows the segment does not own (any more) dropped. Cached under the
+    /// ledger state and the segment's invalidations.
+    pub async fn translated_partition(
+        &self,
+        dir: &TableDir,
+        segment: &IndexSegment,
+        footer: &Footer,
+        p: usize,
+        pq: bool,
+        translation: Translation<'_>,
+    ) -> Result<Arc<Partition>> {
+        let Translation { view, ownership } = translation;
+        let invalidated: Vec<String> = segment
+            .invalidated_fragments
+            .iter()
+            .map(|f| f.to_string())
+            .collect();
+        let key = (
+            format!(
+                "{}/{}#{}#{}",
+                dir.name(),
+                segment.file,
+                view.key(),
+                invalidated.join(",")
+            ),
+            p,
+        );
+        if let Some(Entry::Partition(hit)) =
+            self.state.lock().expect("cache lock").entries.get(&key)
+        {
+            return Ok(hit.clone());
+        }
+        let raw = self.partition(dir, &segment.file, footer, p, pq).await?;
+        let moved = view
+            .translate(&raw.addrs)
+            .await
+            .map_err(|e| FormatError::ledger(dir.name(), e))?;
+        let width = if raw.is_empty() {
+            0
+        } else if pq {
+            raw.codes.len() / raw.len()
+        } else {
+            raw.vectors.len() / raw.len()
+        };
+        let mut out = Partition::default();
+        for (i, addr) in moved.into_iter().enumerate() {
+            let Some(addr) = addr.filter(|a| ownership.covers(*a)) else {
+                continue;
+            };
+            out.addrs.push(addr);
+            if pq {
+                out.codes
+                    .extend_from_slice(&raw.codes[i * width..(i + 1) * width]);
+            } else {
+                out.vectors
+                    .extend_from_slice(&raw.vectors[i * width..(i + 1) * width]);
+            }
+        }
+        let out = Arc::new(out);
+        let budget = self.budget.load(AtomicOrdering::Relaxed);
+        self.state
+            .lock()
+            .expect("cache lock")
+            .admit(key, Entry::Partition(out.clone()), budget);
+        Ok(out)
+    }
+
     pub async fn model(&self, dir: &TableDir, def: &IndexDef) -> Result<Arc<IvfModel>> {
         let key = format!("{}/{}", dir.name(), def.model_file);
         if let Some(m) = self.state.lock().expect("cache lock").models.get(&key) {

@@ -41,6 +41,17 @@ pub enum FragvecStatement {
         table: String,
         action: OptimizeAction,
     },
+    /// `COMPACT t [WITH (target_rows_per_fragment = n, max_source_fragments = n,
+    /// max_source_rows = n, deletion_threshold = x)]`
+    Compact {
+        table: String,
+        options: Vec<(String, String)>,
+    },
+    /// `VACUUM t [RETAIN n VERSIONS]`
+    Vacuum {
+        table: String,
+        retain_versions: Option<u64>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,6 +118,39 @@ fn index_on_table(p: &mut Parser) -> Result<(String, String)> {
     Ok((index, table))
 }
 
+/// `[WITH (key = value, ...)]`: keys lower-cased, values as written.
+fn with_options(p: &mut Parser) -> Result<Vec<(String, String)>> {
+    let mut options = Vec::new();
+    if !p.parse_keyword(Keyword::WITH) {
+        return Ok(options);
+    }
+    p.expect_token(&Token::LParen).map_err(sql_err)?;
+    loop {
+        let key = p
+            .parse_identifier()
+            .map_err(sql_err)?
+            .value
+            .to_ascii_lowercase();
+        p.expect_token(&Token::Eq).map_err(sql_err)?;
+        let value = match p.next_token().token {
+            Token::Number(n, _) => n,
+            Token::SingleQuotedString(s) => s,
+            Token::Word(w) => w.value,
+            other => {
+                return Err(DataFusionError::Plan(format!(
+                    "bad value for option {key}: {other}"
+                )));
+            }
+        };
+        options.push((key, value));
+        if !p.consume_token(&Token::Comma) {
+            break;
+        }
+    }
+    p.expect_token(&Token::RParen).map_err(sql_err)?;
+    Ok(options)
+}
+
 /// Parses one of fragvec's own statements, or returns `None` (consuming nothing).
 fn own_statement(p: &mut Parser) -> Result<Option<FragvecStatement>> {
     let t0 = p.peek_nth_token(0).token;
@@ -127,39 +171,46 @@ fn own_statement(p: &mut Parser) -> Result<Option<FragvecStatement>> {
             .map_err(sql_err)?
             .value
             .to_ascii_uppercase();
-        let mut options = Vec::new();
-        if p.parse_keyword(Keyword::WITH) {
-            p.expect_token(&Token::LParen).map_err(sql_err)?;
-            loop {
-                let key = p
-                    .parse_identifier()
-                    .map_err(sql_err)?
-                    .value
-                    .to_ascii_lowercase();
-                p.expect_token(&Token::Eq).map_err(sql_err)?;
-                let value = match p.next_token().token {
-                    Token::Number(n, _) => n,
-                    Token::SingleQuotedString(s) => s,
-                    Token::Word(w) => w.value,
-                    other => {
-                        return Err(DataFusionError::Plan(format!(
-                            "bad value for option {key}: {other}"
-                        )));
-                    }
-                };
-                options.push((key, value));
-                if !p.consume_token(&Token::Comma) {
-                    break;
-                }
-            }
-            p.expect_token(&Token::RParen).map_err(sql_err)?;
-        }
+        let options = with_options(p)?;
         return Ok(Some(FragvecStatement::CreateVectorIndex {
             name: index,
             table,
             column,
             kind,
             options,
+        }));
+    }
+    if word_is(&t0, "compact") && matches!(t1, Token::Word(_)) {
+        p.next_token();
+        let table = name(p)?;
+        let options = with_options(p)?;
+        return Ok(Some(FragvecStatement::Compact { table, options }));
+    }
+    if is_keyword(&t0, Keyword::VACUUM) && matches!(t1, Token::Word(_)) {
+        p.next_token();
+        let table = name(p)?;
+        let mut retain_versions = None;
+        if word_is(&p.peek_token().token, "retain") {
+            p.next_token();
+            let n = p.parse_literal_uint().map_err(sql_err)?;
+            if !p.parse_keyword(Keyword::VERSIONS) && !word_is(&p.peek_token().token, "version") {
+                return Err(DataFusionError::Plan(
+                    "expected VACUUM t RETAIN n VERSIONS".into(),
+                ));
+            }
+            if word_is(&p.peek_token().token, "version") {
+                p.next_token();
+            }
+            if n == 0 {
+                return Err(DataFusionError::Plan(
+                    "VACUUM ... RETAIN n VERSIONS needs n >= 1".into(),
+                ));
+            }
+            retain_versions = Some(n);
+        }
+        return Ok(Some(FragvecStatement::Vacuum {
+            table,
+            retain_versions,
         }));
     }
     if is_keyword(&t0, Keyword::DROP) && is_keyword(&t1, Keyword::INDEX) {

@@ -1,0 +1,98 @@
+//! Table maintenance statements: `COMPACT` and `VACUUM`.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{RecordBatch, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::common::{DataFusionError, Result};
+
+use crate::format::Snapshot;
+use crate::format::vacuum::{ORPHAN_GRACE, VacuumMetrics, vacuum};
+use crate::rewrite::compact::{CompactionMetrics, compact};
+use crate::rewrite::plan::CompactionOptions;
+
+/// Parses `COMPACT ... WITH (...)` options over the table's defaults.
+pub fn compaction_options(
+    snapshot: &Snapshot,
+    options: &[(String, String)],
+) -> Result<CompactionOptions> {
+    let max_rows = snapshot.manifest.properties.max_rows_per_fragment;
+    let mut out = CompactionOptions {
+        max_rows_per_fragment: max_rows,
+        target_rows_per_fragment: max_rows,
+        ..Default::default()
+    };
+    let int = |key: &str, value: &str| {
+        value.parse::<u64>().map_err(|_| {
+            DataFusionError::Plan(format!(
+                "COMPACT option {key} must be a non-negative integer, got '{value}'"
+            ))
+        })
+    };
+    for (key, value) in options {
+        match key.as_str() {
+            "target_rows_per_fragment" => out.target_rows_per_fragment = int(key, value)?,
+            "max_source_fragments" => out.max_source_fragments = Some(int(key, value)? as usize),
+            "max_source_rows" => out.max_source_rows = Some(int(key, value)?),
+            "deletion_threshold" => {
+                out.deletion_threshold = value.parse::<f64>().map_err(|_| {
+                    DataFusionError::Plan(format!(
+                        "COMPACT option deletion_threshold must be a number, got '{value}'"
+                    ))
+                })?
+            }
+            other => {
+                return Err(DataFusionError::Plan(format!(
+                    "unknown COMPACT option '{other}' (expected target_rows_per_fragment, \
+                     max_source_fragments, max_source_rows or deletion_threshold)"
+                )));
+            }
+        }
+    }
+    out.validate()
+        .map_err(|e| DataFusionError::Plan(format!("COMPACT: {e}")))?;
+    Ok(out)
+}
+
+/// One compaction run over the latest version; the caller retries on conflicts.
+pub async fn run_compact(snapshot: &Snapshot, options: &[(String, String)]) -> Result<RecordBatch> {
+    let opts = compaction_options(snapshot, options)?;
+    let (_, m) = compact(snapshot, &opts).await?;
+    compaction_batch(&m)
+}
+
+pub fn compaction_batch(m: &CompactionMetrics) -> Result<RecordBatch> {
+    u64_row(&[
+        ("fragments_removed", m.fragments_removed),
+        ("fragments_added", m.fragments_added),
+        ("rows_rewritten", m.rows_rewritten),
+        ("version", m.version),
+    ])
+}
+
+pub async fn run_vacuum(snapshot: &Snapshot, retain: Option<u64>) -> Result<RecordBatch> {
+    let VacuumMetrics {
+        versions_removed,
+        files_removed,
+        bytes_removed,
+    } = vacuum(&snapshot.dir, retain, ORPHAN_GRACE).await?;
+    u64_row(&[
+        ("versions_removed", versions_removed),
+        ("files_removed", files_removed),
+        ("bytes_removed", bytes_removed),
+    ])
+}
+
+fn u64_row(values: &[(&str, u64)]) -> Result<RecordBatch> {
+    let schema = Arc::new(Schema::new(
+        values
+            .iter()
+            .map(|(n, _)| Field::new(*n, DataType::UInt64, false))
+            .collect::<Vec<_>>(),
+    ));
+    let columns = values
+        .iter()
+        .map(|(_, v)| Arc::new(UInt64Array::from(vec![*v])) as _)
+        .collect();
+    Ok(RecordBatch::try_new(schema, columns)?)
+}

@@ -1,0 +1,84 @@
+//! Loading the reuse ledger: the files its mappings reference, read and checked.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use super::deletion;
+use super::error::{FormatError, Result};
+use super::manifest::Manifest;
+use super::store::TableDir;
+use crate::ledger::{
+    LedgerView, LoadedMapping, LoadedTransition, Mapping, OrderedRemap, SegmentOwnership,
+};
+
+/// Identifies a manifest's ledger state: equal keys, equal ledgers (ids are never reused).
+pub fn ledger_key(manifest: &Manifest) -> String {
+    let ids: Vec<String> = manifest
+        .reuse_ledger
+        .iter()
+        .map(|t| t.id.to_string())
+        .collect();
+    ids.join(",")
+}
+
+/// Reads what the ledger's mappings need and validates it as a whole.
+pub async fn load_ledger(dir: &TableDir, manifest: &Manifest) -> Result<LedgerView> {
+    let mut loaded = Vec::with_capacity(manifest.reuse_ledger.len());
+    for t in &manifest.reuse_ledger {
+        let mapping = match &t.mapping {
+            Mapping::OrderedCompaction { removed } => {
+                let mut bitmaps = Vec::with_capacity(removed.len());
+                for (source, file) in t.sources.iter().zip(removed) {
+                    bitmaps.push(match file {
+                        None => roaring::RoaringBitmap::new(),
+                        Some(path) => {
+                            let bytes = dir.read(path).await?;
+                            deletion::decode(
+                                &bytes,
+                                dir.path(path).as_ref(),
+                                source.id,
+                                source.physical_rows,
+                                source.deleted_rows,
+                            )?
+                        }
+                    });
+                }
+                LoadedMapping::Ordered(
+                    OrderedRemap::new(t, bitmaps)
+                        .map_err(|e| FormatError::ledger(dir.name(), e))?,
+                )
+            }
+            Mapping::StablePartition {
+                row_map,
+                size_bytes,
+            } => LoadedMapping::Partition(Arc::new(
+                super::row_map_file::RowMapFile::open(dir, row_map, *size_bytes, t).await?,
+            )),
+        };
+        loaded.push(LoadedTransition {
+            transition: t.clone(),
+            mapping,
+        });
+    }
+    LedgerView::new(loaded).map_err(|e| FormatError::ledger(dir.name(), e))
+}
+
+/// Each segment of `index`, with its ownership in the manifest's current fragment ids.
+pub async fn segment_ownerships(
+    dir: &TableDir,
+    manifest: &Manifest,
+    view: &LedgerView,
+    index: &str,
+) -> Result<BTreeMap<u64, SegmentOwnership>> {
+    let current: HashSet<u64> = manifest.fragments.iter().map(|f| f.id).collect();
+    let mut out = BTreeMap::new();
+    for segment in manifest.segments_of(index) {
+        let owned = segment.ownership();
+        let ownership = view
+            .ownership(&owned, &segment.invalidated_fragments, &current)
+            .await
+            .map_err(|e| FormatError::ledger(dir.name(), e))?;
+        out.insert(segment.id, ownership);
+    }
+    Ok(out)
+}

@@ -1,0 +1,54 @@
+//! The fragment-reuse ledger: how rows moved when fragments were rewritten.
+//!
+//! A rewrite (COMPACT, RECLUSTER) replaces source fragments by destination fragments and
+//! records one [`Transition`]: the ordered source and destination digests plus a **mapping**
+//! that says where each source row went. Index segments are not rewritten; the row addresses
+//! they hold are translated through the ledger when their partitions are loaded, and their
+//! ownership follows the transitions ([`ownership`]).
+//!
+//! Two mapping kinds exist. `OrderedCompaction` keeps row order, so the surviving source
+//! rows fill the destinations in order and plain rank arithmetic ([`ordered`]) maps them.
+//! `StablePartition` routes each row to one destination in source order; one label per
+//! source row is recorded in a row-map file ([`row_map`]).
+//!
+//! Translation chains through transitions in **lineage** order (a fragment's producer before
+//! its consumers), which [`validate`] derives and checks: row conservation, at most one
+//! producer and one consumer per fragment id, no cycles. Everything here is IO-free; reading
+//! deletion vectors and row-map blocks lives in `format::ledger_io`.
+//!
+//! Memory is O(fragments) plus the removed-row bitmaps of the sources (compressed): no map
+//! per row.
+
+pub mod ordered;
+pub mod ownership;
+pub mod row_map;
+pub mod transition;
+pub mod translate;
+
+pub use ordered::OrderedRemap;
+pub use ordered::Step;
+pub use ownership::{Coverage, SegmentOwnership};
+pub use transition::{FragmentDigest, Mapping, Transition, validate};
+pub use translate::{LedgerView, LoadedMapping, LoadedTransition, PartitionMap};
+
+/// Errors of the ledger arithmetic: the ledger (or a file it references) is inconsistent.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("reuse ledger is invalid: {0}")]
+    Invalid(String),
+    #[error("reuse ledger transition {transition}: {reason}")]
+    Transition { transition: u64, reason: String },
+    #[error(
+        "row address {addr:#x} (fragment {fragment}, offset {offset}) is outside its fragment in transition {transition}"
+    )]
+    OutOfRange {
+        addr: u64,
+        fragment: u64,
+        offset: u64,
+        transition: u64,
+    },
+    #[error(transparent)]
+    RowMap(#[from] row_map::RowMapError),
+}
+
+pub type Result<T> = std::result::Result<T, LedgerError>;

@@ -1,0 +1,270 @@
+//! A loaded ledger: translating row addresses through chains of transitions.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt::Debug;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::ordered::{OrderedRemap, Step};
+use super::transition::{Transition, validate};
+use super::{LedgerError, Result};
+use crate::format::{row_address, split_row_address};
+
+/// A stable-partition row map, read lazily (its blocks live in a file).
+#[async_trait]
+pub trait PartitionMap: Send + Sync + Debug {
+    /// For sorted, distinct positions in the concatenated physical rows of the sources:
+    /// `(destination index, offset in it)`, or `None` for a row deleted before the rewrite.
+    async fn lookup(&self, positions: &[u64]) -> Result<Vec<Option<(u16, u32)>>>;
+}
+
+/// A transition with what its mapping needs in memory.
+#[derive(Debug)]
+pub enum LoadedMapping {
+    Ordered(OrderedRemap),
+    Partition(Arc<dyn PartitionMap>),
+}
+
+#[derive(Debug)]
+pub struct LoadedTransition {
+    pub transition: Transition,
+    pub mapping: LoadedMapping,
+}
+
+/// The ledger of one table version, ready to translate.
+#[derive(Debug, Default)]
+pub struct LedgerView {
+    /// In lineage order.
+    transitions: Vec<LoadedTransition>,
+    /// Fragment id → (transition, source position).
+    consumer: HashMap<u64, (usize, usize)>,
+    /// Global position of each transition's first row of each source.
+    starts: Vec<Vec<u64>>,
+    key: u64,
+}
+
+impl LedgerView {
+    pub fn new(loaded: Vec<LoadedTransition>) -> Result<Self> {
+        let plain: Vec<Transition> = loaded.iter().map(|l| l.transition.clone()).collect();
+        let order = validate(&plain)?;
+        let mut slots: Vec<Option<LoadedTransition>> = loaded.into_iter().map(Some).collect();
+        let transitions: Vec<LoadedTransition> = order
+            .iter()
+            .map(|&i| slots[i].take().expect("each position once"))
+            .collect();
+        let mut consumer = HashMap::new();
+        let mut starts = Vec::with_capacity(transitions.len());
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        for (i, t) in transitions.iter().enumerate() {
+            t.transition.id.hash(&mut hasher);
+            let mut start = 0;
+            let mut row_starts = Vec::with_capacity(t.transition.sources.len());
+            for (p, s) in t.transition.sources.iter().enumerate() {
+                consumer.insert(s.id, (i, p));
+                row_starts.push(start);
+                start += s.physical_rows;
+            }
+            starts.push(row_starts);
+        }
+        Ok(Self {
+            transitions,
+            consumer,
+            starts,
+            key: hasher.finish(),
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.transitions.is_empty()
+    }
+
+    /// Identifies the set of transitions (for cache keys of translated data).
+    pub fn key(&self) -> u64 {
+        self.key
+    }
+
+    /// Transitions in lineage order.
+    pub fn transitions(&self) -> impl Iterator<Item = &LoadedTransition> {
+        self.transitions.iter()
+    }
+
+    /// Whether some transition rewrote `fragment`.
+    pub fn consumes(&self, fragment: u64) -> bool {
+        self.consumer.contains_key(&fragment)
+    }
+
+    /// Fragments reachable from `fragments` through the ledger (themselves included).
+    pub fn descendants(&self, fragments: &BTreeSet<u64>) -> BTreeSet<u64> {
+        let mut reach = fragments.clone();
+        for t in &self.transitions {
+            if t.transition.sources.iter().any(|s| reach.contains(&s.id)) {
+                reach.extend(t.transition.destinations.iter().map(|d| d.id));
+            }
+        }
+        reach
+    }
+
+    /// Current addresses of `addrs`: `None` for rows deleted before some rewrite moved
+    /// them; addresses of fragments never rewritten come back unchanged. Step-wise over the
+    /// whole batch: each round moves every address one transition further down its lineage.
+    pub async fn translate(&self, addrs: &[u64]) -> Result<Vec<Option<u64>>> {
+        let mut current: Vec<Option<u64>> = addrs.iter().map(|a| Some(*a)).collect();
+        if self.transitions.is_empty() {
+            return Ok(current);
+        }
+        let mut pending: Vec<usize> = (0..addrs.len())
+            .filter(|&i| self.consumer.contains_key(&split_row_address(addrs[i]).0))
+            .collect();
+        let mut rounds = 0;
+        while !pending.is_empty() {
+            rounds += 1;
+            if rounds > self.transitions.len() + 1 {
+                return Err(LedgerError::Invalid("translation did not terminate".into()));
+            }
+            let mut by_transition: HashMap<usize, Vec<usize>> = HashMap::new();
+            for &i in &pending {
+                let addr = current[i].expect("pending rows are live");
+                let (t, _) = self.consumer[&split_row_address(addr).0];
+                by_transition.entry(t).or_default().push(i);
+            }
+            for (t, rows) in by_transition {
+                self.step(t, &rows, &mut current).await?;
+            }
+            pending.retain(|&i| {
+                current[i].is_some_and(|a| self.consumer.contains_key(&split_row_address(a).0))
+            });
+        }
+        Ok(current)
+    }
+
+    async fn step(&self, t: usize, rows: &[usize], current: &mut [Option<u64>]) -> Result<()> {
+        let loaded = &self.transitions[t];
+        match &loaded.mapping {
+            LoadedMapping::Ordered(remap) => {
+                for &i in rows {
+                    let (f, o) = split_row_address(current[i].expect("live"));
+                    current[i] = match remap.translate(f, o)? {
+                        Step::Moved(a) => Some(a),
+                        Step::Deleted => None,
+                        Step::Unchanged => {
+                            return Err(LedgerError::Invalid(format!(
+                                "fragment {f} is not a source of transition {}",
+                                loaded.transition.id
+                            )));
+                        }
+                    };
+                }
+            }
+            LoadedMapping::Partition(map) => {
+                let mut positions: Vec<(u64, usize)> = Vec::with_capacity(rows.len());
+                for &i in rows {
+                    let (f, o) = split_row_address(current[i].expect("live"));
+                    let (_, p) = self.consumer[&f];
+                    let source = &loaded.transition.sources[p];
+                    if o >= source.physical_rows {
+                        return Err(LedgerError::OutOfRange {
+                            addr: row_address(f, o),
+                            fragment: f,
+                            offset: o,
+                            transition: loaded.transition.id,
+                        });
+                    }
+                    positions.push((self.starts[t][p] + o, i));
+                }
+                positions.sort_unstable();
+                let mut unique: Vec<u64> = positions.iter().map(|p| p.0).collect();
+                unique.dedup();
+                let labels = map.lookup(&unique).await?;
+                if labels.len() != unique.len() {
+                    return Err(LedgerError::Invalid(
+                        "row map answered the wrong count".into(),
+                    ));
+                }
+                let dests = &loaded.transition.destinations;
+                let mut u = 0;
+                for (pos, i) in positions {
+                    while unique[u] != pos {
+                        u += 1;
+                    }
+                    current[i] = match labels[u] {
+                        None => None,
+                        Some((d, off)) => {
+                            let dest =
+                                dests
+                                    .get(d as usize)
+                                    .ok_or_else(|| LedgerError::Transition {
+                                        transition: loaded.transition.id,
+                                        reason: format!("row map names destination {d}"),
+                                    })?;
+                            if off as u64 >= dest.physical_rows {
+                                return Err(LedgerError::Transition {
+                                    transition: loaded.transition.id,
+                                    reason: format!(
+                                        "row map puts a row at {off} of destination {} ({} rows)",
+                                        dest.id, dest.physical_rows
+                                    ),
+                                });
+                            }
+                            Some(row_address(dest.id, off as u64))
+                        }
+                    };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Global row position range of source `p` of transition `t` (for sweeps).
+    pub(crate) fn source_rows(&self, t: usize, p: usize) -> std::ops::Range<u64> {
+        let start = self.starts[t][p];
+        start..start + self.transitions[t].transition.sources[p].physical_rows
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::transition::tests::ordered;
+    use roaring::RoaringBitmap;
+
+    fn view(ts: Vec<Transition>) -> LedgerView {
+        let loaded = ts
+            .into_iter()
+            .map(|t| {
+                let removed = vec![RoaringBitmap::new(); t.sources.len()];
+                LoadedTransition {
+                    mapping: LoadedMapping::Ordered(OrderedRemap::new(&t, removed).unwrap()),
+                    transition: t,
+                }
+            })
+            .collect();
+        LedgerView::new(loaded).unwrap()
+    }
+
+    #[tokio::test]
+    async fn chains_follow_lineage() {
+        // 1,2 -> 3 (compaction), then 3,4 -> 5. Listed newest first.
+        let v = view(vec![
+            ordered(2, &[(3, 10), (4, 2)], &[(5, 12)]),
+            ordered(1, &[(1, 6), (2, 4)], &[(3, 10)]),
+        ]);
+        let got = v
+            .translate(&[row_address(2, 1), row_address(4, 0), row_address(9, 3)])
+            .await
+            .unwrap();
+        assert_eq!(
+            got,
+            vec![
+                Some(row_address(5, 7)),
+                Some(row_address(5, 10)),
+                Some(row_address(9, 3))
+            ]
+        );
+        assert_eq!(
+            v.descendants(&BTreeSet::from([1])),
+            BTreeSet::from([1, 3, 5])
+        );
+    }
+}
