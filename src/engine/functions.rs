@@ -101,6 +101,10 @@ impl Kind {
 }
 
 pub fn register(ctx: &SessionContext, db: &Database) {
+    ctx.register_udtf(
+        "recluster_information",
+        Arc::new(super::recluster::ReclusterInformation { db: db.clone() }),
+    );
     for kind in [
         Kind::Fragments,
         Kind::Versions,

@@ -319,37 +319,61 @@ async fn merge(
     let manifest = &snapshot.manifest;
     let dir = &snapshot.dir;
     let all: Vec<_> = manifest.segments_of(&def.name).collect();
-    let inputs = &all[all.len().saturating_sub(n)..];
     let model = cache.model(dir, def).await?;
-    let current: HashSet<u64> = manifest.fragments.iter().map(|f| f.id).collect();
     let mut deletions = HashMap::new();
     for f in manifest.fragments.iter().filter(|f| f.deletion.is_some()) {
         deletions.insert(f.id, dir.read_deletions(f).await?);
     }
     let pq = model.pq.is_some();
     let (view, owners) = ownerships(&snapshot, &def.name, cache).await?;
+    // A fragment some input owns only in part (a stable partition mixed its rows with other
+    // segments' or unindexed rows) becomes wholly owned by the merged segment, which takes
+    // the fragment's other rows from the table. That needs every segment owning part of it
+    // in the merge; an input for which that fails is left out and keeps query-time
+    // translation.
+    let mut inputs: Vec<_> = all[all.len().saturating_sub(n)..].to_vec();
+    loop {
+        let chosen: HashSet<u64> = inputs.iter().map(|s| s.id).collect();
+        let blocked = |segment: &&crate::format::index_meta::IndexSegment| {
+            owners[&segment.id].fragments.iter().any(|(f, c)| {
+                matches!(c, Coverage::Rows(_))
+                    && owners
+                        .iter()
+                        .any(|(other, o)| !chosen.contains(other) && o.owns_fragment(*f))
+            })
+        };
+        let before = inputs.len();
+        inputs.retain(|s| !blocked(s));
+        if inputs.len() == before {
+            break;
+        }
+    }
+    if inputs.is_empty() {
+        return Ok(0);
+    }
     let mut kept = build::Vectors::default();
     let mut kept_codes: Vec<(u64, usize, Vec<u8>)> = Vec::new();
-    let mut bitmap = BTreeSet::new();
     let mut live_frags = BTreeSet::new();
-    // Invalidations in fragment ids no longer in the table that rows kept at their old
-    // addresses still depend on.
-    let mut historic_invalidated = BTreeSet::new();
-    for segment in inputs {
+    // Rows of partly owned fragments the inputs hold; the rest are read from the table.
+    let mut partial: HashMap<u64, roaring::RoaringBitmap> = HashMap::new();
+    for segment in &inputs {
         let ownership = &owners[&segment.id];
-        live_frags.extend(ownership.fragments.keys().copied());
+        for (f, c) in &ownership.fragments {
+            live_frags.insert(*f);
+            if let Coverage::Rows(rows) = c {
+                *partial.entry(*f).or_default() |= rows;
+            }
+        }
         let footer = cache.segment_footer(dir, segment, &model).await?;
         for p in 0..footer.partitions.len() {
             let part = cache.partition(dir, &segment.file, &footer, p, pq).await?;
+            // Rows moved by rewrites get their current address: the merged file needs no
+            // translation (this is where the ledger's translations are materialized).
             let moved = view
                 .translate(&part.addrs)
                 .await
                 .map_err(|e| FormatError::ledger(dir.name(), e))?;
-            for (i, (old, new)) in part.addrs.iter().zip(moved).enumerate() {
-                // Rows moved by rewrites get their current address, so the merged file needs
-                // no translation, except rows of fragments the segment owns only in part
-                // (a stable partition mixed them with rows of other segments): those keep
-                // their old address and go on being translated.
+            for (i, new) in moved.into_iter().enumerate() {
                 let Some(addr) = new.filter(|a| ownership.covers(*a)) else {
                     continue;
                 };
@@ -360,24 +384,11 @@ async fn merge(
                 {
                     continue;
                 }
-                let whole = matches!(ownership.fragments.get(&frag), Some(Coverage::Whole));
-                let written = if whole { addr } else { *old };
-                if whole {
-                    bitmap.insert(frag);
-                } else {
-                    bitmap.insert(split_row_address(*old).0);
-                    historic_invalidated.extend(
-                        segment
-                            .invalidated_fragments
-                            .iter()
-                            .filter(|f| !current.contains(f)),
-                    );
-                }
                 if pq {
                     let w = part.codes.len() / part.addrs.len().max(1);
-                    kept_codes.push((written, p, part.codes[i * w..(i + 1) * w].to_vec()));
+                    kept_codes.push((addr, p, part.codes[i * w..(i + 1) * w].to_vec()));
                 } else {
-                    kept.addrs.push(written);
+                    kept.addrs.push(addr);
                     kept.values
                         .extend_from_slice(&part.vectors[i * model.dim..(i + 1) * model.dim]);
                 }
@@ -385,9 +396,23 @@ async fn merge(
         }
     }
     let fresh = unowned_fragments(&snapshot, &owners);
-    let new_vectors = build::read_vectors(&snapshot, &def.column, &fresh).await?;
+    let mut new_vectors = build::read_vectors(&snapshot, &def.column, &fresh).await?;
+    let partial_ids: BTreeSet<u64> = partial.keys().copied().collect();
+    let rest = build::read_vectors(&snapshot, &def.column, &partial_ids).await?;
+    for (i, addr) in rest.addrs.iter().enumerate() {
+        let (f, o) = split_row_address(*addr);
+        if partial[&f].contains(o as u32) {
+            continue;
+        }
+        new_vectors.addrs.push(*addr);
+        new_vectors
+            .values
+            .extend_from_slice(&rest.values[i * model.dim..(i + 1) * model.dim]);
+    }
+    let mut bitmap: BTreeSet<u64> = live_frags.clone();
     let covered: BTreeSet<u64> = live_frags.union(&fresh).copied().collect();
     bitmap.extend(fresh.iter().copied());
+    let all_inputs = inputs.len() == all.len();
     let mut partitions = build::partition(
         &model,
         &Vectors {
@@ -411,7 +436,7 @@ async fn merge(
     // no other segment still uses the old centroids.
     let mut model = (*model).clone();
     let mut new_def = None;
-    if inputs.len() == all.len() && model.pq.is_none() {
+    if all_inputs && model.pq.is_none() {
         let split = crate::index::ivf::split_oversized(&mut model, &mut partitions, build::SEED);
         if !split.is_empty() {
             let (model_file, model_size_bytes) = build::write_model(dir, &def.name, &model).await?;
@@ -423,9 +448,8 @@ async fn merge(
             });
         }
     }
-    let mut segment =
+    let segment =
         build::write_partitions(dir, &def.name, &model, partitions, bitmap.clone()).await?;
-    segment.invalidated = historic_invalidated;
     // Fragments of the provenance still in the table whose rows the merged file does not hold
     // (their rows were stale, or another segment owns them) are not in `covered`, so the
     // commit records them as invalidated in the new segment.

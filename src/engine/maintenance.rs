@@ -83,7 +83,7 @@ pub async fn run_vacuum(snapshot: &Snapshot, retain: Option<u64>) -> Result<Reco
     ])
 }
 
-fn u64_row(values: &[(&str, u64)]) -> Result<RecordBatch> {
+pub fn u64_row(values: &[(&str, u64)]) -> Result<RecordBatch> {
     let schema = Arc::new(Schema::new(
         values
             .iter()

@@ -8,6 +8,7 @@
 //! * [`options`]: `SET fragvec.*` options; [`types`]: `VECTOR(n)`.
 
 pub mod catalog;
+pub mod cluster_udf;
 pub mod dml;
 pub mod functions;
 pub mod index_ops;
@@ -16,6 +17,7 @@ pub mod knn_rule;
 pub mod maintenance;
 pub mod options;
 pub mod provider;
+pub mod recluster;
 pub mod scan;
 pub mod session;
 pub mod types;

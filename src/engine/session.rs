@@ -33,6 +33,7 @@ use super::index_ops;
 use super::knn_rule::KnnRule;
 use super::maintenance;
 use super::options::FragvecOptions;
+use super::recluster;
 use super::types;
 use super::udf;
 use super::write::{append_streams, count_schema};
@@ -148,6 +149,7 @@ impl FragvecSession {
         // After the rebuild above: rebuilding re-registers every function in arbitrary order,
         // which could let DataFusion's `inner_product` (alias `dot_product`) win again.
         udf::register(&ctx);
+        super::cluster_udf::register(&ctx);
         Ok(Self { ctx, schema })
     }
 
@@ -227,6 +229,24 @@ impl FragvecSession {
                 let batch = maintenance::run_vacuum(&snapshot, *retain_versions).await?;
                 Ok(one_row(batch))
             }
+            FragvecStatement::Recluster {
+                table,
+                keys,
+                options,
+                filter,
+            } => {
+                let snapshot = index_ops::latest(self.database(), table).await?;
+                let batch = recluster::run_recluster(
+                    &self.ctx.state(),
+                    &snapshot,
+                    keys,
+                    options,
+                    filter.as_deref(),
+                    self.schema.index_cache(),
+                )
+                .await?;
+                Ok(one_row(batch))
+            }
             other => StatementResult::count(self.index_statement(other).await?),
         }
     }
@@ -234,7 +254,9 @@ impl FragvecSession {
     async fn index_statement(&self, statement: &FragvecStatement) -> Result<u64> {
         let cache = self.schema.index_cache();
         match statement {
-            FragvecStatement::Compact { .. } | FragvecStatement::Vacuum { .. } => {
+            FragvecStatement::Compact { .. }
+            | FragvecStatement::Vacuum { .. }
+            | FragvecStatement::Recluster { .. } => {
                 unreachable!("handled by own_statement")
             }
             FragvecStatement::DataFusion(_) => unreachable!("handled by execute"),
@@ -290,6 +312,11 @@ impl FragvecSession {
                     }
                 }
                 Statement::ShowTables { .. } => self.schema.refresh().await?,
+                Statement::AlterTable(alter) => {
+                    if let Some(r) = self.alter_table(alter).await? {
+                        return Ok(r);
+                    }
+                }
                 _ => {}
             }
         }
@@ -416,6 +443,43 @@ impl FragvecSession {
         Ok(statement)
     }
 
+    /// `ALTER TABLE t CLUSTER BY (...)` / `ALTER TABLE t DROP CLUSTERING KEY` on a fragvec
+    /// table; `None` for anything else (DataFusion reports it as unsupported).
+    async fn alter_table(
+        &self,
+        alter: &datafusion::sql::sqlparser::ast::AlterTable,
+    ) -> Result<Option<StatementResult>> {
+        use datafusion::sql::sqlparser::ast::{AlterTableOperation, ObjectNamePart};
+        let keys = match alter.operations.as_slice() {
+            [AlterTableOperation::ClusterBy { exprs }] => {
+                exprs.iter().map(|e| e.to_string()).collect()
+            }
+            [AlterTableOperation::DropClusteringKey] => vec![],
+            _ => return Ok(None),
+        };
+        let Some(ObjectNamePart::Identifier(ident)) = alter.name.0.last() else {
+            return Ok(None);
+        };
+        let table = pin::normalize_ident(ident);
+        let retries = self.options().commit_retries;
+        let mut attempt = 0;
+        loop {
+            let snapshot = index_ops::latest(self.database(), &table).await?;
+            match recluster::set_cluster_key(
+                &self.ctx.state(),
+                &snapshot,
+                keys.clone(),
+                self.schema.index_cache(),
+            )
+            .await
+            {
+                Ok(()) => return Ok(Some(StatementResult::empty())),
+                Err(e) if is_retryable(&e) && attempt < retries => attempt += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     async fn create_table(&self, statement: Statement) -> Result<StatementResult> {
         let Statement::CreateTable(mut create) = statement else {
             unreachable!()
@@ -429,7 +493,24 @@ impl FragvecSession {
                 )));
             }
         };
-        let properties = table_properties(&options)?;
+        let mut properties = table_properties(&options)?;
+        if let Some(keys) = create.cluster_by.take() {
+            use datafusion::sql::sqlparser::ast::{Expr as SqlExpr, WrappedCollection};
+            let (WrappedCollection::NoWrapping(exprs) | WrappedCollection::Parentheses(exprs)) =
+                keys;
+            // `CLUSTER BY (a, b)` parses as one tuple.
+            for e in exprs {
+                match e {
+                    SqlExpr::Tuple(items) => {
+                        properties
+                            .cluster_by
+                            .extend(items.iter().map(|i| i.to_string()));
+                    }
+                    SqlExpr::Nested(inner) => properties.cluster_by.push(inner.to_string()),
+                    other => properties.cluster_by.push(other.to_string()),
+                }
+            }
+        }
         for column in create.columns.iter_mut() {
             rewrite_vector_type(column)?;
         }

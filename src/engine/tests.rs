@@ -143,13 +143,45 @@ async fn random_dml_matches_a_model_in_logical_order() {
     s.sql("CREATE TABLE t (id BIGINT, v BIGINT) WITH (stable_row_ids = true, max_rows_per_fragment = 7)")
         .await
         .unwrap();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let seed = std::env::var("FV_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(11);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut model: Vec<(i64, i64)> = Vec::new();
     let mut next_id = 0i64;
     for step in 0..60 {
         let (m, r) = (rng.random_range(2..6i64), rng.random_range(0..6i64));
         let matches = |id: i64| id % m == r % m;
-        match rng.random_range(0..5) {
+        match rng.random_range(0..6) {
+            5 => {
+                // A stable partition by a key: the same rows, each new fragment a
+                // subsequence of the previous order. The scan becomes the model's order.
+                let key = ["id % 3", "v", "id % 5 + v"][rng.random_range(0..3)];
+                let m = rng.random_range(1..5);
+                s.sql(&format!("RECLUSTER t BY ({key}) WITH (destinations = {m})"))
+                    .await
+                    .unwrap();
+                let rows = scan(&s, "SELECT id, CAST(_rowaddr >> 32 AS BIGINT) FROM t").await;
+                let mut now: Vec<i64> = rows.iter().map(|r| r.0).collect();
+                let mut before: Vec<i64> = model.iter().map(|r| r.0).collect();
+                let position: std::collections::HashMap<i64, usize> =
+                    before.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+                for w in rows.windows(2) {
+                    if w[0].1 == w[1].1 {
+                        assert!(
+                            position[&w[0].0] < position[&w[1].0],
+                            "step {step}: {rows:?}"
+                        );
+                    }
+                }
+                let value: std::collections::HashMap<i64, i64> = model.iter().copied().collect();
+                let reordered: Vec<(i64, i64)> = now.iter().map(|id| (*id, value[id])).collect();
+                now.sort();
+                before.sort();
+                assert_eq!(now, before, "step {step}");
+                model = reordered;
+            }
             4 => {
                 // Compaction never changes what a scan returns, nor its order.
                 let target = rng.random_range(2..20);
@@ -241,15 +273,25 @@ async fn random_rewrites_keep_knn_equal_to_exact() {
         .await
         .unwrap();
     s.sql("SET fragvec.nprobes = 4").await.unwrap();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let seed = std::env::var("FV_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut next_id = 100;
-    for step in 0..60 {
+    for step in 0..80 {
         let id = rng.random_range(0..next_id);
         let (x, y) = (
             rng.random_range(0.0..50.0f32),
             rng.random_range(0.0..50.0f32),
         );
-        let sql = match rng.random_range(0..9) {
+        let sql = match rng.random_range(0..11) {
+            9 => format!(
+                "RECLUSTER t BY (id % {}) WITH (destinations = {})",
+                rng.random_range(2..9),
+                rng.random_range(1..6)
+            ),
+            10 => "RECLUSTER t BY (ivf_partition(v), id)".to_string(),
             7 => format!(
                 "COMPACT t WITH (target_rows_per_fragment = {}, max_source_fragments = {})",
                 rng.random_range(2..40),
@@ -291,6 +333,23 @@ async fn random_rewrites_keep_knn_equal_to_exact() {
         got.sort_by_key(|(id, d)| (*d, *id));
         let mut want = exact.clone();
         want.sort_by_key(|(id, d)| (*d, *id));
+        if std::env::var("FV_DEBUG").is_ok() {
+            eprintln!("step {step}: {sql}");
+        }
+        if got != want && std::env::var("FV_DEBUG").is_ok() {
+            for q in [
+                "SELECT * FROM fragvec_segments('t')",
+                "SELECT * FROM fragvec_ledger('t')",
+                "SELECT position, id, physical_rows, deleted_rows FROM fragvec_fragments('t')",
+                "SELECT id, _rowaddr >> 32, _rowaddr & 4294967295 FROM t WHERE id IN (89, 90, 48)",
+            ] {
+                let r = s.sql_one(q).await.unwrap();
+                eprintln!(
+                    "{}",
+                    datafusion::arrow::util::pretty::pretty_format_batches(&r.batches).unwrap()
+                );
+            }
+        }
         assert_eq!(got, want, "after step {step}: {sql}");
     }
 }

@@ -56,8 +56,6 @@ pub struct NewSegment {
     pub size_bytes: u64,
     pub rows: u64,
     pub fragment_bitmap: BTreeSet<u64>,
-    /// Fragments (of earlier id domains) whose rows in this file are known to be stale.
-    pub invalidated: BTreeSet<u64>,
 }
 
 /// Changes to a table's vector indexes.
@@ -175,6 +173,8 @@ pub struct Transaction {
     pub read_fragment_files: BTreeMap<u64, Vec<DataFile>>,
     /// Rewrites of adjacent fragments, spliced in place.
     pub rewrites: Vec<Rewrite>,
+    /// A new `CLUSTER BY` key (empty: none).
+    pub cluster_by: Option<Vec<String>>,
 }
 
 impl Transaction {
@@ -188,6 +188,7 @@ impl Transaction {
             index_change: None,
             read_fragment_files: BTreeMap::new(),
             rewrites: vec![],
+            cluster_by: None,
         }
     }
 
@@ -197,6 +198,7 @@ impl Transaction {
             && self.column_rewrites.is_empty()
             && self.index_change.is_none()
             && self.rewrites.is_empty()
+            && self.cluster_by.is_none()
     }
 }
 
@@ -341,6 +343,9 @@ pub fn apply(
     if let Some(change) = &txn.index_change {
         apply_index_change(&mut next, latest, txn, change)?;
     }
+    if let Some(keys) = &txn.cluster_by {
+        next.properties.cluster_by = keys.clone();
+    }
     // Transitions no segment needs any more (their segments were merged or dropped).
     let roots: BTreeSet<u64> = next
         .index_segments
@@ -365,22 +370,28 @@ fn splice(
     stable: bool,
     deletion_files: &BTreeMap<u64, DeletionFile>,
 ) -> Result<()> {
+    let position = |id: u64| next.fragments.iter().position(|f| f.id == id);
     let first = rewrite
         .sources
         .first()
-        .and_then(|s| next.fragments.iter().position(|f| f.id == s.id))
+        .and_then(|s| position(s.id))
         .ok_or_else(|| FormatError::invalid("a rewrite source is not in the table"))?;
     let n = rewrite.sources.len();
-    let adjacent = next.fragments.len() >= first + n
-        && rewrite
-            .sources
-            .iter()
-            .zip(&next.fragments[first..first + n])
-            .all(|(s, f)| s.id == f.id);
-    if !adjacent {
-        return Err(FormatError::invalid(
-            "the fragments of a rewrite are not adjacent in the table",
-        ));
+    if rewrite.row_map.is_none() {
+        // An order-preserving rewrite replaces a contiguous run, so order is kept exactly.
+        let adjacent = next.fragments.len() >= first + n
+            && rewrite
+                .sources
+                .iter()
+                .zip(&next.fragments[first..first + n])
+                .all(|(s, f)| s.id == f.id);
+        if !adjacent {
+            return Err(FormatError::invalid(
+                "the fragments of a rewrite are not adjacent in the table",
+            ));
+        }
+    } else if rewrite.sources.iter().any(|s| position(s.id).is_none()) {
+        return Err(FormatError::invalid("a rewrite source is not in the table"));
     }
     let mut outputs = Vec::with_capacity(ids.len());
     for (new, &id) in rewrite.outputs.iter().zip(ids) {
@@ -402,7 +413,13 @@ fn splice(
             row_ids,
         });
     }
-    next.fragments.splice(first..first + n, outputs);
+    // The outputs take the place of the first source; the other sources leave (a stable
+    // partition may take fragments from anywhere in the table).
+    let sources: BTreeSet<u64> = rewrite.sources.iter().map(|s| s.id).collect();
+    let tail = next.fragments.split_off(first);
+    next.fragments.extend(outputs);
+    next.fragments
+        .extend(tail.into_iter().filter(|f| !sources.contains(&f.id)));
     Ok(())
 }
 
@@ -418,13 +435,12 @@ fn apply_index_change(
         // Fragments of the new segment rewritten in place (or removed) since the version the
         // segment was built from hold different rows now: the segment's rows of them are stale.
         let read_files = |f: u64| txn_read_files(txn, latest, f);
-        let mut invalidated: BTreeSet<u64> = new
+        let invalidated: BTreeSet<u64> = new
             .fragment_bitmap
             .iter()
             .copied()
             .filter(|f| read_files(*f))
             .collect();
-        invalidated.extend(new.invalidated.iter().copied());
         next.index_segments.push(IndexSegment {
             id,
             index: index.to_string(),
@@ -548,12 +564,34 @@ async fn carry_deletions(
                     }
                 }
             }
-            Mapping::StablePartition { .. } => {
-                return Err(FormatError::Conflict {
-                    table: dir.name().to_string(),
-                    version: latest.version,
-                    reason: "rows of a reclustered fragment were deleted concurrently".into(),
-                });
+            Mapping::StablePartition {
+                row_map,
+                size_bytes,
+            } => {
+                use crate::ledger::PartitionMap;
+                let map =
+                    super::row_map_file::RowMapFile::open(dir, row_map, *size_bytes, &t).await?;
+                let mut starts = Vec::with_capacity(rewrite.sources.len());
+                let mut start = 0;
+                for s in &rewrite.sources {
+                    starts.push(start);
+                    start += s.physical_rows;
+                }
+                let starts = &starts;
+                let positions: Vec<u64> = changed
+                    .iter()
+                    .flat_map(|(i, _, added)| added.iter().map(move |o| starts[*i] + o as u64))
+                    .collect();
+                let placed = map
+                    .lookup(&positions)
+                    .await
+                    .map_err(|e| FormatError::ledger(dir.name(), e))?;
+                for (d, off) in placed.into_iter().flatten() {
+                    let dest = ids.get(d as usize).ok_or_else(|| {
+                        FormatError::corrupt(row_map, format!("names destination {d}"))
+                    })?;
+                    per_output.entry(*dest).or_default().insert(off);
+                }
             }
         }
         for (dest, bits) in per_output {
@@ -729,7 +767,6 @@ mod tests {
             size_bytes: 1,
             rows: 1,
             fragment_bitmap: fragments.iter().copied().collect(),
-            invalidated: BTreeSet::new(),
         }
     }
 

@@ -209,6 +209,66 @@ where
     Ok(done)
 }
 
+/// Writes a stream of batches into `destinations` fragments at once: row `i` of the stream
+/// goes to fragment `labels[i]`, and each fragment receives its rows in stream order (a
+/// stable partition). Every destination must receive at least one row.
+pub async fn write_partitioned<S>(
+    dir: &Arc<TableDir>,
+    schema: &SchemaRef,
+    mut batches: S,
+    labels: &[u16],
+    destinations: usize,
+) -> Result<Vec<WrittenFragment>>
+where
+    S: Stream<Item = Result<RecordBatch>> + Unpin,
+{
+    let mut writers: Vec<Option<FileWriter>> = (0..destinations).map(|_| None).collect();
+    let mut seen = 0usize;
+    while let Some(batch) = batches.next().await {
+        let batch = batch?;
+        let n = batch.num_rows();
+        let Some(mine) = labels.get(seen..seen + n) else {
+            return Err(FormatError::invalid("more rows than routing labels"));
+        };
+        seen += n;
+        let mut rows_of: Vec<Vec<u32>> = vec![Vec::new(); destinations];
+        for (i, &d) in mine.iter().enumerate() {
+            let slot = rows_of
+                .get_mut(d as usize)
+                .ok_or_else(|| FormatError::invalid(format!("no destination {d}")))?;
+            slot.push(i as u32);
+        }
+        for (d, rows) in rows_of.into_iter().enumerate() {
+            if rows.is_empty() {
+                continue;
+            }
+            let indices = datafusion::arrow::array::UInt32Array::from(rows);
+            let part = datafusion::arrow::compute::take_record_batch(&batch, &indices)?;
+            let writer = match &mut writers[d] {
+                Some(w) => w,
+                None => writers[d].insert(FileWriter::try_new(dir, schema)?),
+            };
+            writer.write(&part).await?;
+        }
+    }
+    if seen != labels.len() {
+        return Err(FormatError::invalid(format!(
+            "{} routing labels for {seen} rows",
+            labels.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(destinations);
+    for (d, w) in writers.into_iter().enumerate() {
+        let w = w.ok_or_else(|| FormatError::invalid(format!("destination {d} got no rows")))?;
+        let (file, rows) = w.finish().await?;
+        out.push(WrittenFragment {
+            files: vec![file],
+            physical_rows: rows,
+        });
+    }
+    Ok(out)
+}
+
 /// Writes one file holding `schema`'s columns for every physical row of a fragment (used by
 /// in-place column rewrites). The caller guarantees the row count matches the fragment.
 pub async fn write_column_file(

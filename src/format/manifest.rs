@@ -92,6 +92,9 @@ pub struct ColumnDef {
 pub struct TableProperties {
     pub stable_row_ids: bool,
     pub max_rows_per_fragment: u64,
+    /// `CLUSTER BY` key (SQL expressions) a plain `RECLUSTER t` uses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_by: Vec<String>,
 }
 
 impl Default for TableProperties {
@@ -99,6 +102,7 @@ impl Default for TableProperties {
         Self {
             stable_row_ids: false,
             max_rows_per_fragment: DEFAULT_MAX_ROWS_PER_FRAGMENT,
+            cluster_by: vec![],
         }
     }
 }
@@ -169,6 +173,7 @@ pub enum Operation {
     Compact,
     Recluster,
     Vacuum,
+    AlterTable,
 }
 
 impl Operation {
@@ -185,6 +190,7 @@ impl Operation {
             Operation::Compact => "COMPACT",
             Operation::Recluster => "RECLUSTER",
             Operation::Vacuum => "VACUUM",
+            Operation::AlterTable => "ALTER TABLE",
         }
     }
 }

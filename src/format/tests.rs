@@ -21,6 +21,7 @@ async fn new_table(stable: bool) -> (tempfile::TempDir, Database, Snapshot) {
     let props = TableProperties {
         stable_row_ids: stable,
         max_rows_per_fragment: 100,
+        ..Default::default()
     };
     let snap = db.create_table("t", &schema(), props).await.unwrap();
     (tmp, db, snap)

@@ -203,6 +203,5 @@ pub async fn write_partitions(
         size_bytes: size,
         rows,
         fragment_bitmap: fragments,
-        invalidated: Default::default(),
     })
 }

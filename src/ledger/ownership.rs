@@ -124,7 +124,21 @@ impl LedgerView {
                         Some(bits) => Coverage::Rows(bits),
                     }
                 };
-                map.insert(dest.id, coverage);
+                // A segment may hold some of a fragment's rows directly and others through
+                // the ledger: it owns the union.
+                let merged = match (map.remove(&dest.id), coverage) {
+                    (Some(Coverage::Whole), _) | (_, Coverage::Whole) => Coverage::Whole,
+                    (Some(Coverage::Rows(a)), Coverage::Rows(b)) => {
+                        let rows = a | b;
+                        if rows.len() == dest.physical_rows {
+                            Coverage::Whole
+                        } else {
+                            Coverage::Rows(rows)
+                        }
+                    }
+                    (None, c) => c,
+                };
+                map.insert(dest.id, merged);
             }
         }
         map.retain(|f, _| current.contains(f));

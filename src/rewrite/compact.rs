@@ -9,28 +9,23 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use datafusion::arrow::array::BooleanArray;
-use datafusion::arrow::compute::filter_record_batch;
 use futures::{StreamExt, TryStreamExt, stream};
-use roaring::RoaringBitmap;
 
-use super::Result;
 use super::plan::{
     CompactionBin, CompactionOptions, CompactionPlan, FragmentStats, plan_compaction,
 };
+use super::{Result, live_rows};
 use crate::format::commit::Rewrite;
 use crate::format::fragment_io::write_sized_fragments;
 use crate::format::ledger_io::{load_ledger, segment_ownerships};
 use crate::format::rowids::RowIdSequence;
 use crate::format::{
     FormatError, Fragment, NewFragment, NewRowIds, Operation, Snapshot, Transaction, commit,
-    read_fragment,
 };
 use crate::ledger::{Coverage, FragmentDigest};
 
 /// Bins rewritten at the same time.
 const PARALLEL_BINS: usize = 2;
-const READ_BATCH_ROWS: usize = 8192;
 
 /// What a compaction did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -177,7 +172,7 @@ async fn rewrite_bin(snapshot: &Snapshot, bin: &CompactionBin) -> Result<Rewrite
     let reads = sources
         .iter()
         .zip(&deletions)
-        .map(|(f, deleted)| live_rows(snapshot, f, deleted.clone()))
+        .map(|(f, deleted)| live_rows(snapshot, f, deleted.clone(), snapshot.schema.clone()))
         .collect::<Vec<_>>();
     let rows = stream::iter(reads).flatten().boxed();
     let written =
@@ -226,34 +221,4 @@ async fn rewrite_bin(snapshot: &Snapshot, bin: &CompactionBin) -> Result<Rewrite
         outputs,
         row_map: None,
     })
-}
-
-/// The live rows of one fragment, in offset order.
-fn live_rows(
-    snapshot: &Snapshot,
-    fragment: &Fragment,
-    deleted: Arc<RoaringBitmap>,
-) -> futures::stream::BoxStream<'static, crate::format::Result<datafusion::arrow::array::RecordBatch>>
-{
-    let mut offset = 0u32;
-    read_fragment(
-        snapshot.dir.clone(),
-        fragment,
-        snapshot.schema.clone(),
-        READ_BATCH_ROWS,
-    )
-    .map(move |batch| {
-        let batch = batch?;
-        let n = batch.num_rows() as u32;
-        let start = offset;
-        offset += n;
-        if deleted.range_cardinality(start..start + n) == 0 {
-            return Ok(batch);
-        }
-        let keep: BooleanArray = (start..start + n)
-            .map(|o| Some(!deleted.contains(o)))
-            .collect();
-        Ok(filter_record_batch(&batch, &keep)?)
-    })
-    .boxed()
 }

@@ -5,9 +5,22 @@
 //! than rebuilt.
 
 pub mod compact;
+pub mod partition;
 pub mod plan;
+pub mod recluster;
 
-use crate::format::FormatError;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{BooleanArray, RecordBatch};
+use datafusion::arrow::compute::filter_record_batch;
+use datafusion::arrow::datatypes::SchemaRef;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use roaring::RoaringBitmap;
+
+use crate::format::{FormatError, Fragment, Snapshot, read_fragment};
+
+const READ_BATCH_ROWS: usize = 8192;
 
 /// Errors of a rewrite.
 #[derive(Debug, thiserror::Error)]
@@ -16,6 +29,12 @@ pub enum RewriteError {
     Plan(#[from] plan::PlanError),
     #[error(transparent)]
     Format(#[from] FormatError),
+}
+
+impl From<datafusion::arrow::error::ArrowError> for RewriteError {
+    fn from(e: datafusion::arrow::error::ArrowError) -> Self {
+        RewriteError::Format(FormatError::Arrow(e))
+    }
 }
 
 impl RewriteError {
@@ -34,3 +53,28 @@ impl From<RewriteError> for datafusion::error::DataFusionError {
 }
 
 pub type Result<T> = std::result::Result<T, RewriteError>;
+
+/// The live rows of one fragment (columns of `schema`), in offset order.
+pub(crate) fn live_rows(
+    snapshot: &Snapshot,
+    fragment: &Fragment,
+    deleted: Arc<RoaringBitmap>,
+    schema: SchemaRef,
+) -> BoxStream<'static, crate::format::Result<RecordBatch>> {
+    let mut offset = 0u32;
+    read_fragment(snapshot.dir.clone(), fragment, schema, READ_BATCH_ROWS)
+        .map(move |batch| {
+            let batch = batch?;
+            let n = batch.num_rows() as u32;
+            let start = offset;
+            offset += n;
+            if deleted.range_cardinality(start..start + n) == 0 {
+                return Ok(batch);
+            }
+            let keep: BooleanArray = (start..start + n)
+                .map(|o| Some(!deleted.contains(o)))
+                .collect();
+            Ok(filter_record_batch(&batch, &keep)?)
+        })
+        .boxed()
+}

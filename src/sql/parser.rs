@@ -47,6 +47,14 @@ pub enum FragvecStatement {
         table: String,
         options: Vec<(String, String)>,
     },
+    /// `RECLUSTER t [BY (expr, ...)] [WITH (target_rows_per_fragment = n | destinations = m)]
+    /// [WHERE p]`; without BY, the table's stored CLUSTER BY key. Expressions as SQL text.
+    Recluster {
+        table: String,
+        keys: Vec<String>,
+        options: Vec<(String, String)>,
+        filter: Option<String>,
+    },
     /// `VACUUM t [RETAIN n VERSIONS]`
     Vacuum {
         table: String,
@@ -185,6 +193,33 @@ fn own_statement(p: &mut Parser) -> Result<Option<FragvecStatement>> {
         let table = name(p)?;
         let options = with_options(p)?;
         return Ok(Some(FragvecStatement::Compact { table, options }));
+    }
+    if word_is(&t0, "recluster") && matches!(t1, Token::Word(_)) {
+        p.next_token();
+        let table = name(p)?;
+        let mut keys = Vec::new();
+        if p.parse_keyword(Keyword::BY) {
+            p.expect_token(&Token::LParen).map_err(sql_err)?;
+            keys = p
+                .parse_comma_separated(Parser::parse_expr)
+                .map_err(sql_err)?
+                .iter()
+                .map(|e| e.to_string())
+                .collect();
+            p.expect_token(&Token::RParen).map_err(sql_err)?;
+        }
+        let options = with_options(p)?;
+        let filter = if p.parse_keyword(Keyword::WHERE) {
+            Some(p.parse_expr().map_err(sql_err)?.to_string())
+        } else {
+            None
+        };
+        return Ok(Some(FragvecStatement::Recluster {
+            table,
+            keys,
+            options,
+            filter,
+        }));
     }
     if is_keyword(&t0, Keyword::VACUUM) && matches!(t1, Token::Word(_)) {
         p.next_token();
@@ -408,6 +443,46 @@ mod tests {
         ));
         assert!(parse_statements("CREATE VECTOR INDEX i ON t emb USING IVF_FLAT").is_err());
         assert!(parse_statements("OPTIMIZE INDEX i ON t MERGE 0").is_err());
+    }
+
+    #[test]
+    fn maintenance_statements() {
+        let s = parse_statements(
+            "COMPACT T WITH (max_source_fragments = 3); VACUUM t RETAIN 2 VERSIONS; VACUUM t; \
+             RECLUSTER t BY (zorder(a, b), c + 1) WITH (destinations = 4) WHERE a > 3; RECLUSTER t",
+        )
+        .unwrap();
+        assert!(matches!(&s[0], FragvecStatement::Compact { table, options }
+            if table == "t" && options == &vec![("max_source_fragments".to_string(), "3".to_string())]));
+        assert!(matches!(
+            &s[1],
+            FragvecStatement::Vacuum {
+                retain_versions: Some(2),
+                ..
+            }
+        ));
+        assert!(matches!(
+            &s[2],
+            FragvecStatement::Vacuum {
+                retain_versions: None,
+                ..
+            }
+        ));
+        assert!(
+            matches!(&s[3], FragvecStatement::Recluster { keys, options, filter, .. }
+            if keys == &vec!["zorder(a, b)".to_string(), "c + 1".to_string()]
+               && options.len() == 1 && filter.as_deref() == Some("a > 3"))
+        );
+        assert!(
+            matches!(&s[4], FragvecStatement::Recluster { keys, filter: None, .. } if keys.is_empty())
+        );
+        assert!(parse_statements("VACUUM t RETAIN 0 VERSIONS").is_err());
+        assert!(parse_statements("RECLUSTER t BY (").is_err());
+        // A column named `compact` still parses as an ordinary statement.
+        assert!(matches!(
+            &parse_statements("SELECT 1 AS compact").unwrap()[0],
+            FragvecStatement::DataFusion(_)
+        ));
     }
 
     #[test]

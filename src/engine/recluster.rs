@@ -1,0 +1,409 @@
+//! `RECLUSTER`, `ALTER TABLE ... CLUSTER BY`, and `recluster_information('t' [, 'key'])`.
+//!
+//! Key expressions are SQL text (stored in the table properties for `CLUSTER BY`), compiled
+//! here by DataFusion against the table schema; `ivf_partition(col)` is bound to the model of
+//! the vector index on `col`. The rewrite itself lives in [`crate::rewrite::recluster`].
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, Float64Array, RecordBatch, StringArray, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
+use datafusion::catalog::{MemTable, Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{DFSchema, DataFusionError, Result, ScalarValue};
+use datafusion::execution::SessionState;
+use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::{Expr, ScalarUDF, TableType};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionContext;
+use futures::StreamExt;
+
+use super::cluster_udf::IvfPartition;
+use super::index_ops;
+use crate::format::{Database, Operation, Snapshot, Transaction, commit};
+use crate::index::segment::PartitionCache;
+use crate::rewrite::live_rows;
+use crate::rewrite::recluster::{ReclusterSpec, recluster};
+
+/// Key expressions compiled against the columns they use.
+#[derive(Debug, Clone)]
+pub struct CompiledExprs {
+    pub exprs: Vec<Arc<dyn PhysicalExpr>>,
+    /// The table columns the expressions read, in table order.
+    pub schema: SchemaRef,
+}
+
+fn plan_err<T>(msg: impl Into<String>) -> Result<T> {
+    Err(DataFusionError::Plan(msg.into()))
+}
+
+/// Compiles SQL expressions over the rows of `snapshot`'s table.
+pub async fn compile(
+    state: &SessionState,
+    snapshot: &Snapshot,
+    texts: &[String],
+    cache: &PartitionCache,
+) -> Result<CompiledExprs> {
+    let full = DFSchema::try_from(snapshot.schema.as_ref().clone())?;
+    let mut exprs = texts
+        .iter()
+        .map(|t| state.create_logical_expr(t, &full))
+        .collect::<Result<Vec<Expr>>>()?;
+    // ivf_partition(col) needs the model of the index on col.
+    let mut wanted = BTreeSet::new();
+    for e in &exprs {
+        e.apply(|node| {
+            if let Expr::ScalarFunction(f) = node
+                && f.func.name() == "ivf_partition"
+            {
+                match f.args.as_slice() {
+                    [Expr::Column(c)] => {
+                        wanted.insert(c.name.clone());
+                    }
+                    _ => {
+                        return plan_err("ivf_partition takes one vector column");
+                    }
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+    }
+    let mut models = HashMap::new();
+    for column in wanted {
+        let Some(def) = snapshot
+            .manifest
+            .indexes
+            .iter()
+            .find(|i| i.column == column)
+        else {
+            return plan_err(format!(
+                "ivf_partition({column}): table '{}' has no vector index on {column}",
+                snapshot.name()
+            ));
+        };
+        let model = cache.model(&snapshot.dir, def).await?;
+        let udf = Arc::new(ScalarUDF::new_from_impl(IvfPartition::bound(model)));
+        models.insert(column, udf);
+    }
+    if !models.is_empty() {
+        exprs = exprs
+            .into_iter()
+            .map(|e| {
+                e.transform(|node| match &node {
+                    Expr::ScalarFunction(f) if f.func.name() == "ivf_partition" => {
+                        let Expr::Column(c) = &f.args[0] else {
+                            return Ok(Transformed::no(node));
+                        };
+                        let udf = models[&c.name].clone();
+                        Ok(Transformed::yes(Expr::ScalarFunction(
+                            ScalarFunction::new_udf(udf, f.args.clone()),
+                        )))
+                    }
+                    _ => Ok(Transformed::no(node)),
+                })
+                .map(|t| t.data)
+            })
+            .collect::<Result<_>>()?;
+    }
+    let used: BTreeSet<String> = exprs
+        .iter()
+        .flat_map(|e| e.column_refs().into_iter().map(|c| c.name.clone()))
+        .collect();
+    let fields: Vec<Field> = snapshot
+        .schema
+        .fields()
+        .iter()
+        .filter(|f| used.contains(f.name()))
+        .map(|f| f.as_ref().clone())
+        .collect();
+    let schema = Arc::new(Schema::new(fields));
+    let projected = DFSchema::try_from(schema.as_ref().clone())?;
+    let exprs = exprs
+        .into_iter()
+        .map(|e| state.create_physical_expr(e, &projected))
+        .collect::<Result<_>>()?;
+    Ok(CompiledExprs { exprs, schema })
+}
+
+/// The key a RECLUSTER uses: the one given, else the table's CLUSTER BY key.
+fn key_of(snapshot: &Snapshot, given: &[String]) -> Result<Vec<String>> {
+    if !given.is_empty() {
+        return Ok(given.to_vec());
+    }
+    let stored = &snapshot.manifest.properties.cluster_by;
+    if stored.is_empty() {
+        return plan_err(format!(
+            "RECLUSTER {} needs BY (...) or a key stored with ALTER TABLE {} CLUSTER BY (...)",
+            snapshot.name(),
+            snapshot.name()
+        ));
+    }
+    Ok(stored.clone())
+}
+
+/// Runs one RECLUSTER on the latest version; the caller retries on conflicts.
+pub async fn run_recluster(
+    state: &SessionState,
+    snapshot: &Snapshot,
+    keys: &[String],
+    options: &[(String, String)],
+    filter: Option<&str>,
+    cache: &PartitionCache,
+) -> Result<RecordBatch> {
+    let keys = key_of(snapshot, keys)?;
+    let compiled = compile(state, snapshot, &keys, cache).await?;
+    let filter = match filter {
+        None => None,
+        Some(text) => {
+            let c = compile(state, snapshot, &[text.to_string()], cache).await?;
+            Some((c.exprs[0].clone(), c.schema))
+        }
+    };
+    let mut spec = ReclusterSpec {
+        keys: compiled.exprs,
+        key_schema: compiled.schema,
+        filter,
+        destinations: None,
+        target_rows_per_fragment: snapshot.manifest.properties.max_rows_per_fragment,
+    };
+    for (key, value) in options {
+        let n: u64 = value.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+            DataFusionError::Plan(format!(
+                "RECLUSTER option {key} must be a positive integer, got '{value}'"
+            ))
+        })?;
+        match key.as_str() {
+            "target_rows_per_fragment" => spec.target_rows_per_fragment = n,
+            "destinations" => spec.destinations = Some(n as usize),
+            other => {
+                return plan_err(format!(
+                    "unknown RECLUSTER option '{other}' (expected target_rows_per_fragment or \
+                     destinations)"
+                ));
+            }
+        }
+    }
+    let (_, m) = recluster(snapshot, &spec).await?;
+    super::maintenance::u64_row(&[
+        ("rows_rewritten", m.rows_rewritten),
+        ("destinations", m.destinations),
+        ("row_map_bytes", m.row_map_bytes),
+        ("fragments_removed", m.fragments_removed),
+        ("version", m.version),
+    ])
+}
+
+/// `ALTER TABLE t CLUSTER BY (...)` (`keys` empty: drop the key). Checks the key compiles.
+pub async fn set_cluster_key(
+    state: &SessionState,
+    snapshot: &Snapshot,
+    keys: Vec<String>,
+    cache: &PartitionCache,
+) -> Result<()> {
+    if !keys.is_empty() {
+        compile(state, snapshot, &keys, cache).await?;
+    }
+    let mut txn = Transaction::new(Operation::AlterTable, snapshot.version());
+    txn.cluster_by = Some(keys);
+    commit(&snapshot.dir, &snapshot.manifest, &txn).await?;
+    Ok(())
+}
+
+/// How well the fragments are clustered by a key: each fragment's key range over its live
+/// rows, how many other fragments' ranges overlap it, and the depth (fragments whose ranges
+/// cover one key value).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusteringInfo {
+    pub fragments: u64,
+    pub rows: u64,
+    pub average_overlaps: f64,
+    pub average_depth: f64,
+    pub max_depth: u64,
+}
+
+pub async fn clustering_info(
+    state: &SessionState,
+    snapshot: &Snapshot,
+    keys: &[String],
+    cache: &PartitionCache,
+) -> Result<ClusteringInfo> {
+    let compiled = compile(state, snapshot, keys, cache).await?;
+    let mut ranges: Vec<(OwnedRow, OwnedRow)> = Vec::new();
+    let mut converter: Option<RowConverter> = None;
+    let mut rows = 0;
+    for f in &snapshot.manifest.fragments {
+        let deleted = Arc::new(snapshot.dir.read_deletions(f).await?);
+        let mut stream = live_rows(snapshot, f, deleted, compiled.schema.clone());
+        let mut range: Option<(OwnedRow, OwnedRow)> = None;
+        while let Some(batch) = stream.next().await {
+            let batch = batch?;
+            rows += batch.num_rows() as u64;
+            let cols: Vec<ArrayRef> = compiled
+                .exprs
+                .iter()
+                .map(|e| {
+                    e.evaluate(&batch)
+                        .and_then(|v| v.into_array(batch.num_rows()))
+                })
+                .collect::<Result<_>>()?;
+            let conv = match &mut converter {
+                Some(c) => c,
+                None => converter.insert(RowConverter::new(
+                    cols.iter()
+                        .map(|c| SortField::new(c.data_type().clone()))
+                        .collect(),
+                )?),
+            };
+            let keyed = conv.convert_columns(&cols)?;
+            for r in keyed.iter() {
+                match &mut range {
+                    None => range = Some((r.owned(), r.owned())),
+                    Some((lo, hi)) => {
+                        if r < lo.row() {
+                            *lo = r.owned();
+                        }
+                        if r > hi.row() {
+                            *hi = r.owned();
+                        }
+                    }
+                }
+            }
+        }
+        ranges.extend(range);
+    }
+    let n = ranges.len();
+    let mut overlaps = 0u64;
+    for i in 0..n {
+        for j in 0..n {
+            if i != j && ranges[i].0 <= ranges[j].1 && ranges[j].0 <= ranges[i].1 {
+                overlaps += 1;
+            }
+        }
+    }
+    // Depth: sweep the range endpoints, opening before closing at equal keys.
+    let mut events: Vec<(&OwnedRow, i32)> = Vec::with_capacity(2 * n);
+    for (lo, hi) in &ranges {
+        events.push((lo, 0));
+        events.push((hi, 1));
+    }
+    events.sort_by(|a, b| a.0.cmp(b.0).then(a.1.cmp(&b.1)));
+    let (mut depth, mut max_depth) = (0i64, 0i64);
+    for (_, kind) in events {
+        depth += if kind == 0 { 1 } else { -1 };
+        max_depth = max_depth.max(depth);
+    }
+    let average_overlaps = if n == 0 {
+        0.0
+    } else {
+        overlaps as f64 / n as f64
+    };
+    Ok(ClusteringInfo {
+        fragments: n as u64,
+        rows,
+        average_overlaps,
+        average_depth: if n == 0 { 0.0 } else { average_overlaps + 1.0 },
+        max_depth: max_depth as u64,
+    })
+}
+
+/// The `recluster_information('t' [, 'key, ...'])` table function.
+#[derive(Debug)]
+pub struct ReclusterInformation {
+    pub db: Database,
+}
+
+impl TableFunctionImpl for ReclusterInformation {
+    fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
+        let text = |e: &Expr| match e {
+            Expr::Literal(ScalarValue::Utf8(Some(t)) | ScalarValue::Utf8View(Some(t)), _) => {
+                Some(t.clone())
+            }
+            _ => None,
+        };
+        let (table, key) = match args.exprs() {
+            [t] => (text(t), None),
+            [t, k] => (text(t), Some(text(k))),
+            _ => (None, None),
+        };
+        let (Some(table), key) = (table, key) else {
+            return plan_err(
+                "recluster_information('table' [, 'key expression, ...']) takes strings",
+            );
+        };
+        let Some(key) = key.map_or(Some(None), |k| k.map(Some)) else {
+            return plan_err("recluster_information: the key must be a string");
+        };
+        self.db.table(&table)?;
+        Ok(Arc::new(InfoTable {
+            db: self.db.clone(),
+            table,
+            key,
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct InfoTable {
+    db: Database,
+    table: String,
+    key: Option<String>,
+}
+
+fn info_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("fragments", DataType::UInt64, false),
+        Field::new("rows", DataType::UInt64, false),
+        Field::new("key", DataType::Utf8, false),
+        Field::new("average_overlaps", DataType::Float64, false),
+        Field::new("average_depth", DataType::Float64, false),
+        Field::new("max_depth", DataType::UInt64, false),
+    ]))
+}
+
+#[async_trait]
+impl TableProvider for InfoTable {
+    fn schema(&self) -> SchemaRef {
+        info_schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Temporary
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let snapshot = index_ops::latest(&self.db, &self.table).await?;
+        let keys = match &self.key {
+            Some(k) => vec![k.clone()],
+            None => key_of(&snapshot, &[])?,
+        };
+        // A private context with fragvec's functions compiles the key.
+        let ctx = SessionContext::new();
+        super::udf::register(&ctx);
+        super::cluster_udf::register(&ctx);
+        let cache = PartitionCache::new(0);
+        let info = clustering_info(&ctx.state(), &snapshot, &keys, &cache).await?;
+        let batch = RecordBatch::try_new(
+            info_schema(),
+            vec![
+                Arc::new(UInt64Array::from(vec![info.fragments])),
+                Arc::new(UInt64Array::from(vec![info.rows])),
+                Arc::new(StringArray::from(vec![keys.join(", ")])),
+                Arc::new(Float64Array::from(vec![info.average_overlaps])),
+                Arc::new(Float64Array::from(vec![info.average_depth])),
+                Arc::new(UInt64Array::from(vec![info.max_depth])),
+            ],
+        )?;
+        let mem = MemTable::try_new(info_schema(), vec![vec![batch]])?;
+        mem.scan(state, projection, filters, limit).await
+    }
+}

@@ -1,0 +1,259 @@
+//! RECLUSTER: a stable partition of the sources' rows into destinations ordered by a key.
+//!
+//! Pass one evaluates the key expressions over the sources' live rows (reading only the
+//! columns they use), picks destination boundaries at key quantiles and labels every row
+//! with its destination. Pass two reads the rows again in the same scan order and appends
+//! each to its destination, so inside a destination rows keep their source order. The labels
+//! also go into a row-map file, which the reuse ledger's `StablePartition` transition
+//! references: index segments keep working through it without a rebuild.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::physical_expr::PhysicalExpr;
+use futures::{StreamExt, stream};
+use object_store::{ObjectStoreExt, PutPayload};
+use roaring::RoaringBitmap;
+
+use super::partition::{boundaries, destination};
+use super::{Result, live_rows};
+use crate::format::commit::{Rewrite, RowMapRef};
+use crate::format::fragment_io::write_partitioned;
+use crate::format::rowids::RowIdSequence;
+use crate::format::store::random_tag;
+use crate::format::{
+    FormatError, Fragment, NewFragment, NewRowIds, Operation, Snapshot, Transaction, commit,
+};
+use crate::ledger::FragmentDigest;
+use crate::ledger::row_map::{DEFAULT_BLOCK_ROWS, MAX_DESTINATIONS, RowMapWriter, SourceRows};
+
+/// A compiled RECLUSTER statement.
+#[derive(Debug, Clone)]
+pub struct ReclusterSpec {
+    /// Key expressions over `key_schema` (a projection of the table schema).
+    pub keys: Vec<Arc<dyn PhysicalExpr>>,
+    pub key_schema: SchemaRef,
+    /// `WHERE p`: only fragments holding a live row that satisfies it are rewritten.
+    pub filter: Option<(Arc<dyn PhysicalExpr>, SchemaRef)>,
+    /// Number of destinations, or `None` for live rows / `target_rows_per_fragment`.
+    pub destinations: Option<usize>,
+    pub target_rows_per_fragment: u64,
+}
+
+/// What a recluster did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReclusterMetrics {
+    pub fragments_removed: u64,
+    pub destinations: u64,
+    pub rows_rewritten: u64,
+    pub row_map_bytes: u64,
+    pub version: u64,
+}
+
+fn eval(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch) -> Result<ArrayRef> {
+    Ok(expr
+        .evaluate(batch)
+        .and_then(|v| v.into_array(batch.num_rows()))
+        .map_err(|e| FormatError::invalid(format!("evaluating {expr}: {e}")))?)
+}
+
+/// The fragments RECLUSTER rewrites: all, or those with a live row passing the filter.
+async fn sources(snapshot: &Snapshot, spec: &ReclusterSpec) -> Result<Vec<Fragment>> {
+    let mut out = Vec::new();
+    for f in &snapshot.manifest.fragments {
+        let Some((filter, schema)) = &spec.filter else {
+            out.push(f.clone());
+            continue;
+        };
+        let deleted = Arc::new(snapshot.dir.read_deletions(f).await?);
+        let mut rows = live_rows(snapshot, f, deleted, schema.clone());
+        let mut hit = false;
+        while let Some(batch) = rows.next().await {
+            let mask = eval(filter, &batch?)?;
+            let mask = datafusion::arrow::array::AsArray::as_boolean_opt(mask.as_ref())
+                .ok_or_else(|| FormatError::invalid("RECLUSTER ... WHERE needs a boolean"))?;
+            if mask.true_count() > 0 {
+                hit = true;
+                break;
+            }
+        }
+        if hit {
+            out.push(f.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// Plans, rewrites and commits one recluster. Concurrent deletions of source rows are
+/// carried over to the destinations through the row map; an in-place rewrite or removal of
+/// a source is a retryable conflict.
+pub async fn recluster(
+    snapshot: &Snapshot,
+    spec: &ReclusterSpec,
+) -> Result<(Snapshot, ReclusterMetrics)> {
+    let sources = sources(snapshot, spec).await?;
+    let unchanged = ReclusterMetrics {
+        version: snapshot.version(),
+        ..Default::default()
+    };
+    if sources.is_empty() {
+        return Ok((snapshot.clone(), unchanged));
+    }
+    let mut deletions = Vec::with_capacity(sources.len());
+    for f in &sources {
+        deletions.push(Arc::new(snapshot.dir.read_deletions(f).await?));
+    }
+    // Pass one: keys of the live rows, in scan order.
+    let mut key_columns: Vec<Vec<ArrayRef>> = Vec::new();
+    for (f, deleted) in sources.iter().zip(&deletions) {
+        let mut rows = live_rows(snapshot, f, deleted.clone(), spec.key_schema.clone());
+        while let Some(batch) = rows.next().await {
+            let batch = batch?;
+            let mut cols = Vec::with_capacity(spec.keys.len());
+            for k in &spec.keys {
+                cols.push(eval(k, &batch)?);
+            }
+            key_columns.push(cols);
+        }
+    }
+    let fields: Vec<SortField> = match key_columns.first() {
+        Some(cols) => cols
+            .iter()
+            .map(|c| SortField::new(c.data_type().clone()))
+            .collect(),
+        None => vec![],
+    };
+    let live: u64 = sources.iter().map(Fragment::live_rows).sum();
+    let labels: Vec<u16>;
+    let m: usize;
+    if live == 0 {
+        labels = vec![];
+        m = 0;
+    } else {
+        let converter = RowConverter::new(fields)?;
+        let mut rows = converter.empty_rows(live as usize, 64);
+        for cols in &key_columns {
+            converter.append(&mut rows, cols)?;
+        }
+        let keys: Vec<_> = rows.iter().collect();
+        let wanted = spec
+            .destinations
+            .unwrap_or_else(|| live.div_ceil(spec.target_rows_per_fragment.max(1)) as usize)
+            .clamp(1, MAX_DESTINATIONS);
+        let cuts = boundaries(&keys, wanted);
+        m = cuts.len() + 1;
+        labels = keys.iter().map(|k| destination(&cuts, k) as u16).collect();
+    }
+    drop(key_columns);
+
+    // Pass two: every column, routed by label.
+    let reads: Vec<_> = sources
+        .iter()
+        .zip(&deletions)
+        .map(|(f, d)| live_rows(snapshot, f, d.clone(), snapshot.schema.clone()))
+        .collect();
+    let written = if m == 0 {
+        vec![]
+    } else {
+        write_partitioned(
+            &snapshot.dir,
+            &snapshot.schema,
+            stream::iter(reads).flatten().boxed(),
+            &labels,
+            m,
+        )
+        .await?
+    };
+    let mut ids_of: Vec<Vec<u64>> = vec![Vec::new(); m];
+    if snapshot.manifest.properties.stable_row_ids {
+        let mut i = 0;
+        for (f, deleted) in sources.iter().zip(&deletions) {
+            let seq = f.row_ids.as_ref().ok_or_else(|| {
+                FormatError::corrupt(format!("fragment {}", f.id), "lacks row ids")
+            })?;
+            for (o, id) in seq.iter().enumerate() {
+                if !deleted.contains(o as u32) {
+                    ids_of[labels[i] as usize].push(id);
+                    i += 1;
+                }
+            }
+        }
+    }
+
+    // The row map: one label per physical source row.
+    let source_rows: Vec<SourceRows> = sources
+        .iter()
+        .zip(&deletions)
+        .map(|(f, d): (&Fragment, &Arc<RoaringBitmap>)| SourceRows {
+            physical_rows: f.physical_rows,
+            deleted: d.iter().collect(),
+        })
+        .collect();
+    let expected: Vec<u64> = written.iter().map(|w| w.physical_rows).collect();
+    let mut writer = RowMapWriter::new(&source_rows, m, DEFAULT_BLOCK_ROWS)
+        .map_err(|e| FormatError::invalid(format!("row map: {e}")))?;
+    writer
+        .push_all(&labels)
+        .map_err(|e| FormatError::invalid(format!("row map: {e}")))?;
+    let bytes = writer
+        .finish(&expected)
+        .map_err(|e| FormatError::invalid(format!("row map: {e}")))?;
+    let row_map_bytes = bytes.len() as u64;
+    let relative = format!("_rowmaps/{}.rmap", random_tag());
+    let path = snapshot.dir.path(&relative);
+    snapshot
+        .dir
+        .store()
+        .put(&path, PutPayload::from(bytes))
+        .await
+        .map_err(|e| FormatError::store(&path, e))?;
+
+    let outputs: Vec<NewFragment> = written
+        .into_iter()
+        .zip(ids_of)
+        .map(|(w, ids)| NewFragment {
+            row_ids: if snapshot.manifest.properties.stable_row_ids {
+                NewRowIds::Given(RowIdSequence::from_ids(ids))
+            } else {
+                NewRowIds::Fresh
+            },
+            written: w,
+        })
+        .collect();
+    let rewrite = Rewrite {
+        sources: sources
+            .iter()
+            .map(|f| FragmentDigest {
+                id: f.id,
+                physical_rows: f.physical_rows,
+                deleted_rows: f.deleted_rows(),
+            })
+            .collect(),
+        source_files: sources.iter().map(|f| f.files.clone()).collect(),
+        removed: sources.iter().map(|f| f.deletion.clone()).collect(),
+        outputs,
+        row_map: Some(RowMapRef {
+            path: relative,
+            size_bytes: row_map_bytes,
+        }),
+    };
+    let metrics = ReclusterMetrics {
+        fragments_removed: sources.len() as u64,
+        destinations: m as u64,
+        rows_rewritten: live,
+        row_map_bytes,
+        version: 0,
+    };
+    let mut txn = Transaction::new(Operation::Recluster, snapshot.version());
+    txn.rewrites = vec![rewrite];
+    let next = commit(&snapshot.dir, &snapshot.manifest, &txn).await?;
+    Ok((
+        next.clone(),
+        ReclusterMetrics {
+            version: next.version(),
+            ..metrics
+        },
+    ))
+}
