@@ -240,6 +240,7 @@ impl ExecutionPlan for KnnExec {
                 dropped_filter: counter("rows_dropped_by_filter"),
                 unindexed_rows: counter("rows_from_unindexed_fragments"),
                 exact_fallbacks: counter("exact_fallbacks"),
+                fragments_read: counter("fragments_read"),
             },
             output_schema: self.schema.clone(),
             allowed: None,
@@ -263,6 +264,8 @@ struct Counters {
     dropped_filter: Count,
     unindexed_rows: Count,
     exact_fallbacks: Count,
+    /// Data fragments whose rows were read from Parquet (scoring or fetching results).
+    fragments_read: Count,
 }
 
 impl Counters {
@@ -532,6 +535,7 @@ impl Search {
     ) -> Result<Vec<(&Fragment, Vec<u64>, RecordBatch)>> {
         let mut out = Vec::new();
         for (fragment, offsets) in self.by_fragment(addrs)? {
+            self.counters.fragments_read.add(1);
             let dir = self.snapshot().dir.clone();
             let mut stream = read_fragment_rows(dir, fragment, schema.clone(), &offsets);
             let mut at = 0usize;

@@ -479,3 +479,93 @@ async fn vacuum_keeps_what_retained_versions_need() {
     assert!(err.to_string().contains("version 2"), "{err}");
     assert!(fresh.sql_one("VACUUM t RETAIN 0 VERSIONS").await.is_err());
 }
+
+/// RECLUSTER racing DML and COMPACT: rows deleted after the recluster read its sources stay
+/// deleted (carried through the row map); a compaction of other fragments commits beside
+/// it; a corrupt row map is a clear error, never a wrong answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recluster_races_dml_and_compaction() {
+    use crate::rewrite::recluster::{ReclusterSpec, recluster};
+    let tmp = tempfile::tempdir().unwrap();
+    let loc = tmp.path().to_str().unwrap().to_string();
+    let s = FragvecSession::open(&loc).await.unwrap();
+    s.sql(
+        "CREATE TABLE t (id BIGINT, k BIGINT, v VECTOR(2)) WITH (max_rows_per_fragment = 10); \
+         INSERT INTO t SELECT value, value % 4, [value, 0] FROM generate_series(0, 39); \
+         CREATE VECTOR INDEX i ON t (v) USING IVF_FLAT WITH (num_partitions = 2); \
+         INSERT INTO t SELECT value, value % 4, [value, 0] FROM generate_series(40, 42); \
+         INSERT INTO t SELECT value, value % 4, [value, 0] FROM generate_series(43, 45)",
+    )
+    .await
+    .unwrap();
+    let dir = std::sync::Arc::new(s.database().table("t").unwrap());
+    let before = dir.latest().await.unwrap();
+    let state = s.context().state();
+    let cache = crate::index::segment::PartitionCache::new(1 << 20);
+    let keys = super::recluster::compile(&state, &before, &["k".to_string()], &cache)
+        .await
+        .unwrap();
+    let filter = super::recluster::compile(&state, &before, &["id < 40".to_string()], &cache)
+        .await
+        .unwrap();
+    let spec = ReclusterSpec {
+        keys: keys.exprs,
+        key_schema: keys.schema,
+        filter: Some((filter.exprs[0].clone(), filter.schema)),
+        destinations: Some(4),
+        target_rows_per_fragment: 10,
+    };
+    // A DELETE lands between the recluster's read and its commit; so does a compaction of
+    // the two small fragments the recluster does not touch.
+    s.sql("DELETE FROM t WHERE id IN (5, 22)").await.unwrap();
+    s.sql("COMPACT t WITH (target_rows_per_fragment = 10)")
+        .await
+        .unwrap();
+    let (after, m) = recluster(&before, &spec).await.unwrap();
+    assert_eq!((m.fragments_removed, m.destinations), (4, 4));
+    assert_eq!(
+        after.manifest.reuse_ledger.len(),
+        1,
+        "the compaction needed no transition"
+    );
+    let mut ids: Vec<i64> = scan(&s, "SELECT id, k FROM t")
+        .await
+        .iter()
+        .map(|r| r.0)
+        .collect();
+    ids.sort();
+    let expected: Vec<i64> = (0..46).filter(|i| ![5, 22].contains(i)).collect();
+    assert_eq!(ids, expected);
+    let q = "SELECT id, CAST(l2_distance(v, [21.2, 0]) AS BIGINT) FROM t \
+             ORDER BY l2_distance(v, [21.2, 0]) LIMIT 3";
+    let mut got: Vec<i64> = scan(&s, q).await.iter().map(|r| r.0).collect();
+    got.sort();
+    assert_eq!(got, vec![20, 21, 23]);
+
+    // Corrupt the row map: the next session's KNN query fails clearly.
+    let manifest = dir.latest().await.unwrap().manifest;
+    let crate::ledger::Mapping::StablePartition {
+        row_map,
+        size_bytes,
+    } = &manifest.reuse_ledger[0].mapping
+    else {
+        panic!("expected a stable partition");
+    };
+    use object_store::{ObjectStoreExt, PutPayload};
+    let mut bytes = dir.read(row_map).await.unwrap().to_vec();
+    assert_eq!(bytes.len() as u64, *size_bytes);
+    let at = bytes.len() - 20;
+    bytes[at] ^= 0x5a;
+    dir.store()
+        .put(&dir.path(row_map), PutPayload::from(bytes))
+        .await
+        .unwrap();
+    let fresh = FragvecSession::open(&loc).await.unwrap();
+    let err = fresh.sql_one(q).await.unwrap_err().to_string();
+    assert!(
+        err.contains("corrupt file") && err.contains(".rmap"),
+        "{err}"
+    );
+    fresh.sql("SET fragvec.exact = true").await.unwrap();
+    assert_eq!(fresh.sql_one(q).await.unwrap().num_rows(), 3);
+}

@@ -104,6 +104,24 @@ pub struct RowMapRef {
 }
 
 impl Rewrite {
+    /// The rewrite of `sources` (as read) into `outputs`.
+    pub fn of(sources: &[Fragment], outputs: Vec<NewFragment>, row_map: Option<RowMapRef>) -> Self {
+        Rewrite {
+            sources: sources
+                .iter()
+                .map(|f| FragmentDigest {
+                    id: f.id,
+                    physical_rows: f.physical_rows,
+                    deleted_rows: f.deleted_rows(),
+                })
+                .collect(),
+            source_files: sources.iter().map(|f| f.files.clone()).collect(),
+            removed: sources.iter().map(|f| f.deletion.clone()).collect(),
+            outputs,
+            row_map,
+        }
+    }
+
     fn mapping(&self) -> Mapping {
         match &self.row_map {
             None => Mapping::OrderedCompaction {

@@ -594,6 +594,54 @@ mod tests {
         Manifest::new_table(&schema, TableProperties::default(), "t".into()).unwrap()
     }
 
+    fn with_ledger(mapping: serde_json::Value) -> Vec<u8> {
+        let mut m = sample();
+        m.next_fragment_id = 3;
+        m.next_transition_id = 1;
+        m.reader_features.insert(feature::REUSE_LEDGER.into());
+        m.writer_features.insert(feature::REUSE_LEDGER.into());
+        let mut v: serde_json::Value = serde_json::from_slice(&m.encode()).unwrap();
+        v["reuse_ledger"] = serde_json::json!([{
+            "id": 0, "source_version": 1, "committed_version": 2,
+            "sources": [{"id": 0, "physical_rows": 4, "deleted_rows": 0},
+                        {"id": 1, "physical_rows": 2, "deleted_rows": 0}],
+            "destinations": [{"id": 2, "physical_rows": 6, "deleted_rows": 0}],
+            "mapping": mapping,
+        }]);
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    #[test]
+    fn ledger_entries_are_checked_when_read() {
+        let ok =
+            with_ledger(serde_json::json!({"kind": "ordered_compaction", "removed": [null, null]}));
+        let m = Manifest::decode(&ok, "m", "t").unwrap();
+        assert_eq!(m.reuse_ledger.len(), 1);
+        let e = Manifest::decode(
+            &with_ledger(serde_json::json!({"kind": "arbitrary_permutation"})),
+            "m",
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("mapping kind 'arbitrary_permutation'"), "{e}");
+        // Rows not conserved (a source row goes nowhere): corrupt, not mistranslated.
+        let lost = String::from_utf8(ok.clone())
+            .unwrap()
+            .replace("\"physical_rows\":6", "\"physical_rows\":5");
+        let e = Manifest::decode(lost.as_bytes(), "m", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("6 live source rows but 5"), "{e}");
+        // Without the feature flag the entries are refused too.
+        let mut v: serde_json::Value = serde_json::from_slice(&ok).unwrap();
+        v["reader_features"] = serde_json::json!(["deletion_files"]);
+        let e = Manifest::decode(&serde_json::to_vec(&v).unwrap(), "m", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("reuse_ledger feature"), "{e}");
+    }
+
     #[test]
     fn schema_round_trips_through_json() {
         let m = sample();

@@ -81,6 +81,11 @@ impl RowMapFile {
         })
     }
 
+    /// Drops the decoded blocks held in memory (the next lookups read their blocks again).
+    pub fn clear_blocks(&self) {
+        self.blocks.lock().expect("row map lock").clear();
+    }
+
     /// Reads and decodes the blocks of `wanted` that are not in memory yet.
     async fn load_blocks(&self, wanted: &[usize]) -> crate::ledger::Result<()> {
         let missing: Vec<usize> = {

@@ -132,6 +132,54 @@ impl OrderedRemap {
         Ok(Step::Moved(self.landing(k)))
     }
 
+    /// Where the sorted `offsets` of source `fragment` went, appended to `out` (`None`:
+    /// removed). One sweep over the offsets and the source's removed rows, with a cursor
+    /// over the destinations: O(offsets + removed rows).
+    pub fn translate_sorted(
+        &self,
+        fragment: u64,
+        offsets: &[u64],
+        out: &mut Vec<Option<u64>>,
+    ) -> Result<()> {
+        let Some(&s) = self.position.get(&fragment) else {
+            return Err(LedgerError::Transition {
+                transition: self.transition,
+                reason: format!("fragment {fragment} is not one of its sources"),
+            });
+        };
+        let source = &self.sources[s];
+        let mut removed = source.removed.iter().peekable();
+        let mut removed_before = 0u64;
+        let mut d = 0usize;
+        let mut previous = None;
+        for &o in offsets {
+            if o >= source.physical_rows || previous.is_some_and(|p| p > o) {
+                return Err(LedgerError::OutOfRange {
+                    addr: row_address(fragment, o),
+                    fragment,
+                    offset: o,
+                    transition: self.transition,
+                });
+            }
+            previous = Some(o);
+            while removed.peek().is_some_and(|r| (*r as u64) < o) {
+                removed.next();
+                removed_before += 1;
+            }
+            if removed.peek().is_some_and(|r| *r as u64 == o) {
+                out.push(None);
+                continue;
+            }
+            let k = source.before + o - removed_before;
+            while d + 1 < self.destinations.len() && self.destinations[d + 1].1 <= k {
+                d += 1;
+            }
+            let (id, before) = self.destinations[d];
+            out.push(Some(row_address(id, k - before)));
+        }
+        Ok(())
+    }
+
     /// Row address of row `k` of the concatenated destinations.
     fn landing(&self, k: u64) -> u64 {
         let d = self
@@ -310,6 +358,17 @@ mod tests {
                     .flat_map(|(d, bits)| bits.into_iter().map(move |o| row_address(d, o as u64)))
                     .collect();
                 prop_assert_eq!(&got, &image);
+                let offsets: Vec<u64> = (0..*rows).collect();
+                let mut swept = Vec::new();
+                m.translate_sorted(*f, &offsets, &mut swept).unwrap();
+                let one_by_one: Vec<Option<u64>> = offsets
+                    .iter()
+                    .map(|o| match m.translate(*f, *o).unwrap() {
+                        Step::Moved(a) => Some(a),
+                        _ => None,
+                    })
+                    .collect();
+                prop_assert_eq!(swept, one_by_one);
                 let all: RoaringBitmap = (0..*rows as u32).collect();
                 let via_offsets: Vec<u64> = m
                     .image(*f, Some(&all))

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::ordered::{OrderedRemap, Step};
+use super::ordered::OrderedRemap;
 use super::transition::{Transition, validate};
 use super::{LedgerError, Result};
 use crate::format::{row_address, split_row_address};
@@ -107,88 +107,114 @@ impl LedgerView {
     }
 
     /// Current addresses of `addrs`: `None` for rows deleted before some rewrite moved
-    /// them; addresses of fragments never rewritten come back unchanged. Step-wise over the
-    /// whole batch: each round moves every address one transition further down its lineage.
+    /// them; addresses of fragments never rewritten come back unchanged.
+    ///
+    /// Step-wise over the whole batch: each round sorts the rows still to move by address
+    /// (index partitions are written in address order, so this is nearly free) and moves each
+    /// run of one source fragment one transition further down its lineage with a sweep, so a
+    /// round costs O(rows + removed rows) plus the sort, whatever the chain.
     pub async fn translate(&self, addrs: &[u64]) -> Result<Vec<Option<u64>>> {
         let mut current: Vec<Option<u64>> = addrs.iter().map(|a| Some(*a)).collect();
         if self.transitions.is_empty() {
             return Ok(current);
         }
-        let mut pending: Vec<usize> = (0..addrs.len())
-            .filter(|&i| self.consumer.contains_key(&split_row_address(addrs[i]).0))
-            .collect();
+        let mut pending: Vec<(u64, u32)> = Vec::new();
+        let mut last: Option<(u64, bool)> = None;
+        for (i, a) in addrs.iter().enumerate() {
+            let f = split_row_address(*a).0;
+            let consumed = match last {
+                Some((g, c)) if g == f => c,
+                _ => self.consumer.contains_key(&f),
+            };
+            last = Some((f, consumed));
+            if consumed {
+                pending.push((*a, i as u32));
+            }
+        }
         let mut rounds = 0;
+        let mut offsets: Vec<u64> = Vec::new();
+        let mut moved: Vec<Option<u64>> = Vec::new();
         while !pending.is_empty() {
             rounds += 1;
             if rounds > self.transitions.len() + 1 {
                 return Err(LedgerError::Invalid("translation did not terminate".into()));
             }
-            let mut by_transition: HashMap<usize, Vec<usize>> = HashMap::new();
-            for &i in &pending {
-                let addr = current[i].expect("pending rows are live");
-                let (t, _) = self.consumer[&split_row_address(addr).0];
-                by_transition.entry(t).or_default().push(i);
+            pending.sort_unstable();
+            let mut next: Vec<(u64, u32)> = Vec::with_capacity(pending.len());
+            let mut start = 0;
+            while start < pending.len() {
+                let f = split_row_address(pending[start].0).0;
+                let end =
+                    start + pending[start..].partition_point(|(a, _)| split_row_address(*a).0 == f);
+                let (t, p) = self.consumer[&f];
+                offsets.clear();
+                offsets.extend(
+                    pending[start..end]
+                        .iter()
+                        .map(|(a, _)| split_row_address(*a).1),
+                );
+                moved.clear();
+                self.step(t, p, f, &offsets, &mut moved).await?;
+                let mut last: Option<(u64, bool)> = None;
+                for ((_, i), new) in pending[start..end].iter().zip(&moved) {
+                    current[*i as usize] = *new;
+                    if let Some(a) = new {
+                        let g = split_row_address(*a).0;
+                        let consumed = match last {
+                            Some((h, c)) if h == g => c,
+                            _ => self.consumer.contains_key(&g),
+                        };
+                        last = Some((g, consumed));
+                        if consumed {
+                            next.push((*a, *i));
+                        }
+                    }
+                }
+                start = end;
             }
-            for (t, rows) in by_transition {
-                self.step(t, &rows, &mut current).await?;
-            }
-            pending.retain(|&i| {
-                current[i].is_some_and(|a| self.consumer.contains_key(&split_row_address(a).0))
-            });
+            pending = next;
         }
         Ok(current)
     }
 
-    async fn step(&self, t: usize, rows: &[usize], current: &mut [Option<u64>]) -> Result<()> {
+    /// Moves sorted `offsets` of source `p` (fragment `f`) of transition `t` one step.
+    async fn step(
+        &self,
+        t: usize,
+        p: usize,
+        f: u64,
+        offsets: &[u64],
+        out: &mut Vec<Option<u64>>,
+    ) -> Result<()> {
         let loaded = &self.transitions[t];
+        let source = &loaded.transition.sources[p];
+        if let Some(&o) = offsets.last().filter(|o| **o >= source.physical_rows) {
+            return Err(LedgerError::OutOfRange {
+                addr: row_address(f, o),
+                fragment: f,
+                offset: o,
+                transition: loaded.transition.id,
+            });
+        }
         match &loaded.mapping {
-            LoadedMapping::Ordered(remap) => {
-                for &i in rows {
-                    let (f, o) = split_row_address(current[i].expect("live"));
-                    current[i] = match remap.translate(f, o)? {
-                        Step::Moved(a) => Some(a),
-                        Step::Deleted => None,
-                        Step::Unchanged => {
-                            return Err(LedgerError::Invalid(format!(
-                                "fragment {f} is not a source of transition {}",
-                                loaded.transition.id
-                            )));
-                        }
-                    };
-                }
-            }
+            LoadedMapping::Ordered(remap) => remap.translate_sorted(f, offsets, out),
             LoadedMapping::Partition(map) => {
-                let mut positions: Vec<(u64, usize)> = Vec::with_capacity(rows.len());
-                for &i in rows {
-                    let (f, o) = split_row_address(current[i].expect("live"));
-                    let (_, p) = self.consumer[&f];
-                    let source = &loaded.transition.sources[p];
-                    if o >= source.physical_rows {
-                        return Err(LedgerError::OutOfRange {
-                            addr: row_address(f, o),
-                            fragment: f,
-                            offset: o,
-                            transition: loaded.transition.id,
-                        });
-                    }
-                    positions.push((self.starts[t][p] + o, i));
-                }
-                positions.sort_unstable();
-                let mut unique: Vec<u64> = positions.iter().map(|p| p.0).collect();
-                unique.dedup();
-                let labels = map.lookup(&unique).await?;
-                if labels.len() != unique.len() {
+                let base = self.starts[t][p];
+                let mut positions: Vec<u64> = offsets.iter().map(|o| base + o).collect();
+                positions.dedup();
+                let labels = map.lookup(&positions).await?;
+                if labels.len() != positions.len() {
                     return Err(LedgerError::Invalid(
                         "row map answered the wrong count".into(),
                     ));
                 }
                 let dests = &loaded.transition.destinations;
                 let mut u = 0;
-                for (pos, i) in positions {
-                    while unique[u] != pos {
+                for o in offsets {
+                    while positions[u] != base + o {
                         u += 1;
                     }
-                    current[i] = match labels[u] {
+                    out.push(match labels[u] {
                         None => None,
                         Some((d, off)) => {
                             let dest =
@@ -209,11 +235,11 @@ impl LedgerView {
                             }
                             Some(row_address(dest.id, off as u64))
                         }
-                    };
+                    });
                 }
+                Ok(())
             }
         }
-        Ok(())
     }
 
     /// Global row position range of source `p` of transition `t` (for sweeps).

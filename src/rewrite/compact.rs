@@ -22,7 +22,7 @@ use crate::format::rowids::RowIdSequence;
 use crate::format::{
     FormatError, Fragment, NewFragment, NewRowIds, Operation, Snapshot, Transaction, commit,
 };
-use crate::ledger::{Coverage, FragmentDigest};
+use crate::ledger::Coverage;
 
 /// Bins rewritten at the same time.
 const PARALLEL_BINS: usize = 2;
@@ -207,18 +207,6 @@ async fn rewrite_bin(snapshot: &Snapshot, bin: &CompactionBin) -> Result<Rewrite
             }
         })
         .collect();
-    Ok(Rewrite {
-        sources: sources
-            .iter()
-            .map(|f| FragmentDigest {
-                id: f.id,
-                physical_rows: f.physical_rows,
-                deleted_rows: f.deleted_rows(),
-            })
-            .collect(),
-        source_files: sources.iter().map(|f| f.files.clone()).collect(),
-        removed: sources.iter().map(|f| f.deletion.clone()).collect(),
-        outputs,
-        row_map: None,
-    })
+    let sources: Vec<Fragment> = sources.into_iter().cloned().collect();
+    Ok(Rewrite::of(&sources, outputs, None))
 }

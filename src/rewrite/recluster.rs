@@ -26,7 +26,6 @@ use crate::format::store::random_tag;
 use crate::format::{
     FormatError, Fragment, NewFragment, NewRowIds, Operation, Snapshot, Transaction, commit,
 };
-use crate::ledger::FragmentDigest;
 use crate::ledger::row_map::{DEFAULT_BLOCK_ROWS, MAX_DESTINATIONS, RowMapWriter, SourceRows};
 
 /// A compiled RECLUSTER statement.
@@ -222,23 +221,14 @@ pub async fn recluster(
             written: w,
         })
         .collect();
-    let rewrite = Rewrite {
-        sources: sources
-            .iter()
-            .map(|f| FragmentDigest {
-                id: f.id,
-                physical_rows: f.physical_rows,
-                deleted_rows: f.deleted_rows(),
-            })
-            .collect(),
-        source_files: sources.iter().map(|f| f.files.clone()).collect(),
-        removed: sources.iter().map(|f| f.deletion.clone()).collect(),
+    let rewrite = Rewrite::of(
+        &sources,
         outputs,
-        row_map: Some(RowMapRef {
+        Some(RowMapRef {
             path: relative,
             size_bytes: row_map_bytes,
         }),
-    };
+    );
     let metrics = ReclusterMetrics {
         fragments_removed: sources.len() as u64,
         destinations: m as u64,

@@ -83,29 +83,9 @@ impl RowMapFooter {
             tail[trailer_at + 11],
         ]);
         let mut r = Reader::new(body, "footer");
-        let magic = r.magic("magic")?;
-        if magic != FILE_MAGIC {
-            return Err(RowMapError::BadMagic {
-                what: "footer",
-                found: magic,
-            });
-        }
         // Version and representation come before the checksum check so a file from a
         // newer writer is reported as such, not as corruption.
-        let version = r.u16("version")?;
-        if version != FORMAT_VERSION {
-            return Err(RowMapError::UnsupportedVersion {
-                found: version,
-                supported: FORMAT_VERSION,
-            });
-        }
-        let representation = r.u16("representation")?;
-        if representation != REPR_BLOCKED_LABELS {
-            return Err(RowMapError::UnknownRepresentation {
-                found: representation,
-                supported: REPR_BLOCKED_LABELS,
-            });
-        }
+        check_identity(&mut r, "footer")?;
         let found_sum = checksum(body);
         if found_sum != stored_sum {
             return Err(RowMapError::FooterChecksum {
@@ -314,13 +294,14 @@ impl RowMapFooter {
 
 /// Checks the first bytes of a row-map file (magic, version, representation).
 pub fn check_header(head: &[u8]) -> Result<()> {
-    let mut r = Reader::new(head, "header");
+    check_identity(&mut Reader::new(head, "header"), "header")
+}
+
+/// Magic, version and representation tag, as the header and the footer both start.
+fn check_identity(r: &mut Reader<'_>, what: &'static str) -> Result<()> {
     let magic = r.magic("magic")?;
     if magic != FILE_MAGIC {
-        return Err(RowMapError::BadMagic {
-            what: "header",
-            found: magic,
-        });
+        return Err(RowMapError::BadMagic { what, found: magic });
     }
     let version = r.u16("version")?;
     if version != FORMAT_VERSION {
