@@ -205,15 +205,26 @@ impl ScalarUDFImpl for IvfPartition {
         let list = array.as_fixed_size_list();
         let values = list.values().as_primitive::<Float32Type>().values();
         let d = model.dim;
-        let out: UInt32Array = (0..list.len())
-            .map(|i| {
-                if list.is_null(i) {
-                    return None;
-                }
-                let v = &values[i * d..(i + 1) * d];
-                model.prepare(v).map(|p| model.partition_of(&p) as u32)
-            })
-            .collect();
+        // Rows with a defined partition, their (prepared) vectors side by side, assigned to
+        // centroids in one parallel pass.
+        let mut rows = Vec::with_capacity(list.len());
+        let mut data = Vec::with_capacity(list.len() * d);
+        for i in 0..list.len() {
+            if list.is_null(i) {
+                continue;
+            }
+            let offset = list.value_offset(i) as usize;
+            if let Some(p) = model.prepare(&values[offset..offset + d]) {
+                rows.push(i);
+                data.extend_from_slice(&p);
+            }
+        }
+        let assigned = crate::index::kmeans::assign(&data, d, &model.centroids);
+        let mut out = vec![None; list.len()];
+        for (i, (p, _)) in rows.into_iter().zip(assigned) {
+            out[i] = Some(p);
+        }
+        let out = UInt32Array::from(out);
         Ok(ColumnarValue::Array(Arc::new(out)))
     }
 }

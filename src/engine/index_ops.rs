@@ -12,7 +12,6 @@ use datafusion::common::{DataFusionError, Result};
 
 use crate::format::commit::{IndexChange, NewSegment};
 use crate::format::index_meta::{IndexDef, IndexKind};
-use crate::format::ledger_io::segment_ownerships;
 use crate::format::{self, FormatError, Operation, Snapshot, Transaction, split_row_address};
 use crate::index::build::{self, Vectors};
 use crate::index::distance::Metric;
@@ -241,9 +240,11 @@ pub async fn ownerships(
     snapshot: &Snapshot,
     index: &str,
     cache: &PartitionCache,
-) -> Result<(Arc<LedgerView>, BTreeMap<u64, SegmentOwnership>)> {
+) -> Result<(Arc<LedgerView>, Arc<BTreeMap<u64, SegmentOwnership>>)> {
     let view = cache.ledger(&snapshot.dir, &snapshot.manifest).await?;
-    let owners = segment_ownerships(&snapshot.dir, &snapshot.manifest, &view, index).await?;
+    let owners = cache
+        .ownerships(&snapshot.dir, &snapshot.manifest, &view, index)
+        .await?;
     Ok((view, owners))
 }
 

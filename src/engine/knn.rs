@@ -44,7 +44,6 @@ use super::options::FragvecOptions;
 use super::scan::{FragmentScanExec, ROW_ADDR, ROW_ID, ScanSpec, VirtualColumns};
 use crate::format::fragment_io::read_fragment_rows;
 use crate::format::index_meta::IndexDef;
-use crate::format::ledger_io::segment_ownerships;
 use crate::format::read_fragment;
 use crate::format::{Fragment, Snapshot, row_address, split_row_address};
 use crate::index::distance::{Metric, metric_key};
@@ -614,7 +613,10 @@ impl Search {
         // Ownership in current fragment ids: rewrites recorded in the ledger moved rows of
         // the segments' fragments, and ownership follows them.
         let view = self.cache.ledger(dir, manifest).await?;
-        let owners = segment_ownerships(dir, manifest, &view, &index.name).await?;
+        let owners = self
+            .cache
+            .ownerships(dir, manifest, &view, &index.name)
+            .await?;
         let mut owned_anywhere: HashSet<u64> = HashSet::new();
         let mut covered_rows: HashMap<u64, RoaringBitmap> = HashMap::new();
         let mut vectors: HashMap<u64, Vec<f32>> = HashMap::new();

@@ -7,7 +7,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
-use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 // `ParquetObjectReader` is deprecated in parquet 59 in favour of hand-written readers; it is
 // still what DataFusion 55 itself builds on, and it does exactly the range reads we want.
 use datafusion::parquet::arrow::ProjectionMask;
@@ -21,6 +21,7 @@ use datafusion::parquet::arrow::async_writer::AsyncArrowWriter;
 use datafusion::parquet::basic::Compression;
 use datafusion::parquet::errors::ParquetError;
 use datafusion::parquet::file::properties::WriterProperties;
+use datafusion::parquet::schema::types::ColumnPath;
 use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt, TryStreamExt};
 use object_store::ObjectStoreExt;
@@ -40,8 +41,20 @@ pub struct WrittenFragment {
     pub physical_rows: u64,
 }
 
-fn writer_properties() -> WriterProperties {
-    WriterProperties::builder()
+fn writer_properties(schema: &SchemaRef) -> WriterProperties {
+    let mut builder = WriterProperties::builder();
+    // Vector values almost never repeat: a dictionary only costs hashing every float.
+    for field in schema.fields() {
+        if let DataType::FixedSizeList(item, _) | DataType::List(item) = field.data_type() {
+            let path = ColumnPath::new(vec![
+                field.name().clone(),
+                "list".to_string(),
+                item.name().clone(),
+            ]);
+            builder = builder.set_column_dictionary_enabled(path, false);
+        }
+    }
+    builder
         .set_compression(Compression::LZ4_RAW)
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
         // Small pages (and the page index the writer adds by default) let a reader that wants
@@ -93,11 +106,12 @@ impl FileWriter {
         let relative = format!("data/{}.parquet", random_tag());
         let path = dir.path(&relative);
         let object = BufWriter::new(dir.store().clone(), path.clone());
-        let writer = AsyncArrowWriter::try_new(object, schema.clone(), Some(writer_properties()))
-            .map_err(|e| FormatError::Parquet {
-            path: path.to_string(),
-            source: e,
-        })?;
+        let writer =
+            AsyncArrowWriter::try_new(object, schema.clone(), Some(writer_properties(schema)))
+                .map_err(|e| FormatError::Parquet {
+                    path: path.to_string(),
+                    source: e,
+                })?;
         Ok(Self {
             dir: dir.clone(),
             relative,
@@ -231,24 +245,36 @@ where
             return Err(FormatError::invalid("more rows than routing labels"));
         };
         seen += n;
-        let mut rows_of: Vec<Vec<u32>> = vec![Vec::new(); destinations];
-        for (i, &d) in mine.iter().enumerate() {
-            let slot = rows_of
-                .get_mut(d as usize)
-                .ok_or_else(|| FormatError::invalid(format!("no destination {d}")))?;
-            slot.push(i as u32);
+        // One gather per batch: rows grouped by destination (a stable counting sort, so each
+        // group keeps stream order), then a zero-copy slice per destination.
+        let mut starts = vec![0usize; destinations + 1];
+        for &d in mine {
+            if d as usize >= destinations {
+                return Err(FormatError::invalid(format!("no destination {d}")));
+            }
+            starts[d as usize + 1] += 1;
         }
-        for (d, rows) in rows_of.into_iter().enumerate() {
-            if rows.is_empty() {
+        for d in 0..destinations {
+            starts[d + 1] += starts[d];
+        }
+        let mut fill = starts.clone();
+        let mut order = vec![0u32; n];
+        for (i, &d) in mine.iter().enumerate() {
+            order[fill[d as usize]] = i as u32;
+            fill[d as usize] += 1;
+        }
+        let indices = datafusion::arrow::array::UInt32Array::from(order);
+        let grouped = datafusion::arrow::compute::take_record_batch(&batch, &indices)?;
+        for d in 0..destinations {
+            let (from, to) = (starts[d], starts[d + 1]);
+            if from == to {
                 continue;
             }
-            let indices = datafusion::arrow::array::UInt32Array::from(rows);
-            let part = datafusion::arrow::compute::take_record_batch(&batch, &indices)?;
             let writer = match &mut writers[d] {
                 Some(w) => w,
                 None => writers[d].insert(FileWriter::try_new(dir, schema)?),
             };
-            writer.write(&part).await?;
+            writer.write(&grouped.slice(from, to - from)).await?;
         }
     }
     if seen != labels.len() {

@@ -34,7 +34,12 @@ pub struct Database {
     store: Arc<dyn ObjectStore>,
     root: Path,
     location: String,
+    /// The latest version seen of each table, so finding the latest version costs two small
+    /// reads instead of a listing of every manifest.
+    latest_seen: LatestSeen,
 }
+
+type LatestSeen = Arc<Mutex<HashMap<String, u64>>>;
 
 impl Database {
     /// Opens a database at a local path, `file://` URL, `memory://[name]`, or (with the `s3`
@@ -70,6 +75,7 @@ impl Database {
             store,
             root,
             location: location.to_string(),
+            latest_seen: LatestSeen::default(),
         })
     }
 
@@ -79,6 +85,7 @@ impl Database {
             store,
             root,
             location,
+            latest_seen: LatestSeen::default(),
         }
     }
 
@@ -96,6 +103,7 @@ impl Database {
             store: self.store.clone(),
             root: self.root.clone().join(name),
             name: name.to_string(),
+            latest_seen: self.latest_seen.clone(),
         })
     }
 
@@ -221,6 +229,7 @@ pub struct TableDir {
     store: Arc<dyn ObjectStore>,
     root: Path,
     name: String,
+    latest_seen: LatestSeen,
 }
 
 impl TableDir {
@@ -271,8 +280,49 @@ impl TableDir {
         Ok(versions)
     }
 
+    /// The newest committed version. From the last version this process saw, it probes
+    /// upwards (versions are consecutive and manifests immutable); without one, or when that
+    /// manifest is gone (the table was dropped or vacuumed), it lists the manifests.
     pub async fn latest_version(&self) -> Result<Option<u64>> {
-        Ok(self.versions().await?.last().copied())
+        let seen = self
+            .latest_seen
+            .lock()
+            .expect("latest versions")
+            .get(&self.name)
+            .copied();
+        let latest = match seen {
+            Some(v) if self.manifest_exists(v).await? => {
+                let mut v = v;
+                while self.manifest_exists(v + 1).await? {
+                    v += 1;
+                }
+                Some(v)
+            }
+            _ => self.versions().await?.last().copied(),
+        };
+        self.note_latest(latest);
+        Ok(latest)
+    }
+
+    fn note_latest(&self, version: Option<u64>) {
+        let mut seen = self.latest_seen.lock().expect("latest versions");
+        match version {
+            Some(v) => {
+                seen.insert(self.name.clone(), v);
+            }
+            None => {
+                seen.remove(&self.name);
+            }
+        }
+    }
+
+    async fn manifest_exists(&self, version: u64) -> Result<bool> {
+        let path = self.manifest_path(version);
+        match self.store.head(&path).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(FormatError::store(&path, e)),
+        }
     }
 
     pub async fn load_manifest(&self, version: u64) -> Result<Manifest> {
@@ -323,7 +373,10 @@ impl TableDir {
             .put_opts(&path, PutPayload::from(manifest.encode()), opts)
             .await
         {
-            Ok(_) => Ok(true),
+            Ok(_) => {
+                self.note_latest(Some(manifest.version));
+                Ok(true)
+            }
             Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
             Err(e) => Err(FormatError::store(&path, e)),
         }

@@ -229,3 +229,56 @@ async fn memory_databases_are_shared_by_name() {
     b.drop_table("m").await.unwrap();
     assert!(a.list_tables().await.unwrap().is_empty());
 }
+
+/// Vector columns are written without a dictionary (floats rarely repeat); others keep it.
+#[tokio::test]
+async fn vector_columns_skip_the_dictionary() {
+    use datafusion::arrow::array::{FixedSizeListArray, Float32Array};
+    use datafusion::parquet::basic::Encoding;
+    use datafusion::parquet::file::reader::{FileReader, SerializedFileReader};
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Database::open(tmp.path().to_str().unwrap()).await.unwrap();
+    let item = Arc::new(Field::new_list_field(DataType::Float32, true));
+    let schema: SchemaRef = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("emb", DataType::FixedSizeList(item.clone(), 2), true),
+    ]));
+    let snap = db
+        .create_table("v", &schema, manifest::TableProperties::default())
+        .await
+        .unwrap();
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(Int64Array::from(vec![1, 1, 1, 2])),
+            Arc::new(FixedSizeListArray::new(
+                item,
+                2,
+                Arc::new(Float32Array::from(vec![
+                    1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0,
+                ])),
+                None,
+            )),
+        ],
+    )
+    .unwrap();
+    let written = write_fragments(
+        &snap.dir,
+        &schema,
+        futures::stream::iter(vec![Ok(batch)]),
+        10,
+    )
+    .await
+    .unwrap();
+    let path = tmp.path().join("v").join(&written[0].files[0].path);
+    let reader = SerializedFileReader::new(std::fs::File::open(path).unwrap()).unwrap();
+    let group = reader.metadata().row_group(0);
+    let dictionary = |i: usize| {
+        group
+            .column(i)
+            .encodings()
+            .any(|e| matches!(e, Encoding::RLE_DICTIONARY | Encoding::PLAIN_DICTIONARY))
+    };
+    assert!(dictionary(0), "id keeps its dictionary");
+    assert!(!dictionary(1), "{:?}", group.column(1).column_path());
+}

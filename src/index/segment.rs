@@ -7,7 +7,8 @@
 //! `u64` offset and `u64` rows; then `u64` footer length and the end magic `FVSEGEND`.
 //! Opening checks that the footer describes contiguous blocks that exactly fill the file.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
@@ -17,7 +18,7 @@ use object_store::ObjectStoreExt;
 
 use super::ivf::IvfModel;
 use crate::format::index_meta::{IndexDef, IndexSegment};
-use crate::format::ledger_io::{ledger_key, load_ledger};
+use crate::format::ledger_io::{ledger_key, load_ledger, segment_ownerships};
 use crate::format::{FormatError, Manifest, Result, TableDir};
 use crate::ledger::{LedgerView, SegmentOwnership};
 
@@ -208,6 +209,9 @@ struct CacheState {
     models: HashMap<String, Arc<IvfModel>>,
     /// Loaded reuse ledgers by (table, ledger state); small: one entry per transition.
     ledgers: HashMap<String, Arc<LedgerView>>,
+    /// Segment ownerships by (table, index, ledger, fragments, segments): deriving a partial
+    /// ownership reads row maps, so it is done once per table state.
+    ownerships: HashMap<String, Arc<BTreeMap<u64, SegmentOwnership>>>,
     /// Partitions keyed by (segment file, partition); decoded vector columns by (data file, 0).
     entries: HashMap<(String, usize), Entry>,
     order: VecDeque<(String, usize)>,
@@ -285,6 +289,39 @@ impl PartitionCache {
             .ledgers
             .insert(key, view.clone());
         Ok(view)
+    }
+
+    /// Each segment of `index` with its ownership in `manifest`'s fragment ids.
+    pub async fn ownerships(
+        &self,
+        dir: &TableDir,
+        manifest: &Manifest,
+        view: &LedgerView,
+        index: &str,
+    ) -> Result<Arc<BTreeMap<u64, SegmentOwnership>>> {
+        if view.is_empty() {
+            return Ok(Arc::new(
+                segment_ownerships(dir, manifest, view, index).await?,
+            ));
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for f in &manifest.fragments {
+            f.id.hash(&mut h);
+        }
+        for s in manifest.segments_of(index) {
+            (s.id, &s.invalidated_fragments).hash(&mut h);
+        }
+        let key = format!("{}#{index}#{}#{:x}", dir.name(), view.key(), h.finish());
+        if let Some(o) = self.state.lock().expect("cache lock").ownerships.get(&key) {
+            return Ok(o.clone());
+        }
+        let owners = Arc::new(segment_ownerships(dir, manifest, view, index).await?);
+        let mut state = self.state.lock().expect("cache lock");
+        if state.ownerships.len() >= 1024 {
+            state.ownerships.clear();
+        }
+        state.ownerships.insert(key, owners.clone());
+        Ok(owners)
     }
 
     /// A partition of a segment whose rows were moved by rewrites: addresses translated

@@ -139,7 +139,9 @@ impl LedgerView {
             if rounds > self.transitions.len() + 1 {
                 return Err(LedgerError::Invalid("translation did not terminate".into()));
             }
-            pending.sort_unstable();
+            if !pending.is_sorted() {
+                pending.sort_unstable();
+            }
             let mut next: Vec<(u64, u32)> = Vec::with_capacity(pending.len());
             let mut start = 0;
             while start < pending.len() {
