@@ -14,7 +14,7 @@ use futures::{StreamExt, TryStreamExt, stream};
 use super::plan::{
     CompactionBin, CompactionOptions, CompactionPlan, FragmentStats, plan_compaction,
 };
-use super::{Result, live_rows};
+use super::{Result, live_rows, read_ahead};
 use crate::format::commit::Rewrite;
 use crate::format::fragment_io::write_sized_fragments;
 use crate::format::ledger_io::{load_ledger, segment_ownerships};
@@ -174,7 +174,7 @@ async fn rewrite_bin(snapshot: &Snapshot, bin: &CompactionBin) -> Result<Rewrite
         .zip(&deletions)
         .map(|(f, deleted)| live_rows(snapshot, f, deleted.clone(), snapshot.schema.clone()))
         .collect::<Vec<_>>();
-    let rows = stream::iter(reads).flatten().boxed();
+    let rows = read_ahead(reads, 2);
     let written =
         write_sized_fragments(dir, &schema, rows, bin.output_rows.iter().copied()).await?;
     let sizes: Vec<u64> = written.iter().map(|w| w.physical_rows).collect();

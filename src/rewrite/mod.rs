@@ -78,3 +78,33 @@ pub(crate) fn live_rows(
         })
         .boxed()
 }
+
+/// Concatenates per-fragment streams in order while decoding up to `ahead` fragments ahead
+/// on other tasks, so reading overlaps with what consumes the rows (writing, key evaluation).
+/// Each fragment's reader runs ahead by at most a few batches (a bounded channel), so memory
+/// stays bounded whatever the fragment size.
+pub(crate) fn read_ahead(
+    streams: Vec<BoxStream<'static, crate::format::Result<RecordBatch>>>,
+    ahead: usize,
+) -> BoxStream<'static, crate::format::Result<RecordBatch>> {
+    const BATCHES_AHEAD: usize = 4;
+    futures::stream::iter(streams.into_iter().map(|mut s| {
+        let (tx, rx) = tokio::sync::mpsc::channel(BATCHES_AHEAD);
+        tokio::spawn(async move {
+            while let Some(batch) = s.next().await {
+                let failed = batch.is_err();
+                if tx.send(batch).await.is_err() || failed {
+                    break;
+                }
+            }
+        });
+        async move { tokio_stream_of(rx) }
+    }))
+    .buffered(ahead.max(1))
+    .flatten()
+    .boxed()
+}
+
+fn tokio_stream_of<T: Send + 'static>(rx: tokio::sync::mpsc::Receiver<T>) -> BoxStream<'static, T> {
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|x| (x, rx)) }).boxed()
+}

@@ -13,12 +13,15 @@ use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
-use futures::{StreamExt, stream};
+use futures::StreamExt;
 use object_store::{ObjectStoreExt, PutPayload};
 use roaring::RoaringBitmap;
 
 use super::partition::{boundaries, destination};
-use super::{Result, live_rows};
+use super::{Result, live_rows, read_ahead};
+
+/// Fragments decoded ahead of the one being consumed.
+const READ_AHEAD: usize = 2;
 use crate::format::commit::{Rewrite, RowMapRef};
 use crate::format::fragment_io::write_partitioned;
 use crate::format::rowids::RowIdSequence;
@@ -106,16 +109,19 @@ pub async fn recluster(
     }
     // Pass one: keys of the live rows, in scan order.
     let mut key_columns: Vec<Vec<ArrayRef>> = Vec::new();
-    for (f, deleted) in sources.iter().zip(&deletions) {
-        let mut rows = live_rows(snapshot, f, deleted.clone(), spec.key_schema.clone());
-        while let Some(batch) = rows.next().await {
-            let batch = batch?;
-            let mut cols = Vec::with_capacity(spec.keys.len());
-            for k in &spec.keys {
-                cols.push(eval(k, &batch)?);
-            }
-            key_columns.push(cols);
+    let reads: Vec<_> = sources
+        .iter()
+        .zip(&deletions)
+        .map(|(f, d)| live_rows(snapshot, f, d.clone(), spec.key_schema.clone()))
+        .collect();
+    let mut rows = read_ahead(reads, READ_AHEAD);
+    while let Some(batch) = rows.next().await {
+        let batch = batch?;
+        let mut cols = Vec::with_capacity(spec.keys.len());
+        for k in &spec.keys {
+            cols.push(eval(k, &batch)?);
         }
+        key_columns.push(cols);
     }
     let fields: Vec<SortField> = match key_columns.first() {
         Some(cols) => cols
@@ -159,7 +165,7 @@ pub async fn recluster(
         write_partitioned(
             &snapshot.dir,
             &snapshot.schema,
-            stream::iter(reads).flatten().boxed(),
+            read_ahead(reads, READ_AHEAD),
             &labels,
             m,
         )
