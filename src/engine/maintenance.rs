@@ -7,7 +7,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::{DataFusionError, Result};
 
 use crate::format::Snapshot;
-use crate::format::vacuum::{ORPHAN_GRACE, VacuumMetrics, vacuum};
+use crate::format::vacuum::{VacuumMetrics, vacuum};
 use crate::rewrite::compact::{CompactionMetrics, compact};
 use crate::rewrite::plan::CompactionOptions;
 
@@ -70,12 +70,16 @@ pub fn compaction_batch(m: &CompactionMetrics) -> Result<RecordBatch> {
     ])
 }
 
-pub async fn run_vacuum(snapshot: &Snapshot, retain: Option<u64>) -> Result<RecordBatch> {
+pub async fn run_vacuum(
+    snapshot: &Snapshot,
+    retain: Option<u64>,
+    grace: std::time::Duration,
+) -> Result<RecordBatch> {
     let VacuumMetrics {
         versions_removed,
         files_removed,
         bytes_removed,
-    } = vacuum(&snapshot.dir, retain, ORPHAN_GRACE).await?;
+    } = vacuum(&snapshot.dir, retain, grace).await?;
     u64_row(&[
         ("versions_removed", versions_removed),
         ("files_removed", files_removed),

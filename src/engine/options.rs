@@ -58,6 +58,9 @@ extensions_options! {
         pub exact: bool, default = false
         /// Bytes of index partitions a session keeps in memory.
         pub index_cache_bytes: usize, default = 256 * 1024 * 1024
+        /// VACUUM keeps files and versions younger than this (seconds): a commit in
+        /// progress may still need them. Must exceed the longest write.
+        pub vacuum_grace_seconds: u64, default = 900
     }
 }
 

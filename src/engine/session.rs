@@ -226,7 +226,8 @@ impl FragvecSession {
                 retain_versions,
             } => {
                 let snapshot = index_ops::latest(self.database(), table).await?;
-                let batch = maintenance::run_vacuum(&snapshot, *retain_versions).await?;
+                let grace = std::time::Duration::from_secs(self.options().vacuum_grace_seconds);
+                let batch = maintenance::run_vacuum(&snapshot, *retain_versions, grace).await?;
                 Ok(one_row(batch))
             }
             FragvecStatement::Recluster {

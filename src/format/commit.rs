@@ -238,6 +238,11 @@ pub fn rebase_conflict(read: &Manifest, latest: &Manifest, txn: &Transaction) ->
             ));
         }
     }
+    if latest.version != txn.read_version
+        && let Some(reason) = index_change_conflict(latest, txn)
+    {
+        return Some(reason);
+    }
     for rewrite in &txn.rewrites {
         for (source, files) in rewrite.sources.iter().zip(&rewrite.source_files) {
             match latest.fragment(source.id) {
@@ -255,6 +260,36 @@ pub fn rebase_conflict(read: &Manifest, latest: &Manifest, txn: &Transaction) ->
                 }
                 Some(_) => {}
             }
+        }
+    }
+    None
+}
+
+/// Why an index change read at an older version cannot be replayed onto `latest`: a segment
+/// it replaces is gone, or a fragment its new segments hold left the table since. (Fragments
+/// leave through rewrites whose rows live on in other fragments: keeping such a segment
+/// would let it own rows another segment owns, or rows changed since it read them.)
+fn index_change_conflict(latest: &Manifest, txn: &Transaction) -> Option<String> {
+    let (remove, added): (&[u64], Vec<&NewSegment>) = match txn.index_change.as_ref()? {
+        IndexChange::Create { segments, .. } => (&[], segments.iter().collect()),
+        IndexChange::ReplaceSegments { remove, add, .. } => (remove, add.iter().collect()),
+        IndexChange::Drop { .. } => return None,
+    };
+    if let Some(id) = remove
+        .iter()
+        .find(|id| !latest.index_segments.iter().any(|s| s.id == **id))
+    {
+        return Some(format!("segment {id} was replaced by a concurrent commit"));
+    }
+    for segment in added {
+        if let Some(f) = segment
+            .fragment_bitmap
+            .iter()
+            .find(|f| latest.fragment(**f).is_none())
+        {
+            return Some(format!(
+                "fragment {f} was rewritten or removed while the index was being built"
+            ));
         }
     }
     None
@@ -510,9 +545,9 @@ fn apply_index_change(
 }
 
 /// Whether a new segment must treat fragment `f` of its bitmap as invalidated: its rows
-/// were not read by the builder (a merge keeps a dropped input's fragments as provenance),
-/// or the fragment was rewritten in place between the version the builder read and `latest`.
-/// Fragments that left the table are not invalidated: the fragment list masks them anyway.
+/// were not read by the builder, or the fragment was rewritten in place between the version
+/// the builder read and `latest`. (A fragment that left the table since is a conflict, see
+/// [`index_change_conflict`].)
 fn txn_read_files(txn: &Transaction, latest: &Manifest, f: u64) -> bool {
     match (txn.read_fragment_files.get(&f), latest.fragment(f)) {
         (Some(read), Some(now)) => read != &now.files,

@@ -11,14 +11,15 @@ use crate::ledger::{
     LedgerView, LoadedMapping, LoadedTransition, Mapping, OrderedRemap, SegmentOwnership,
 };
 
-/// Identifies a manifest's ledger state: equal keys, equal ledgers (ids are never reused).
+/// Identifies a ledger by content (transitions with their digests and file names, which are
+/// random): equal keys, equal translations, even across a table dropped and created again.
 pub fn ledger_key(manifest: &Manifest) -> String {
-    let ids: Vec<String> = manifest
-        .reuse_ledger
-        .iter()
-        .map(|t| t.id.to_string())
-        .collect();
-    ids.join(",")
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(&manifest.reuse_ledger)
+        .unwrap_or_default()
+        .hash(&mut h);
+    format!("{:016x}", h.finish())
 }
 
 /// Reads what the ledger's mappings need and validates it as a whole.

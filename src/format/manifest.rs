@@ -502,6 +502,16 @@ impl Manifest {
                     ));
                 }
             }
+            for d in &t.destinations {
+                if let Some(f) = self.fragment(d.id)
+                    && f.physical_rows != d.physical_rows
+                {
+                    return Err(format!(
+                        "transition {} says fragment {} has {} rows, it has {}",
+                        t.id, d.id, d.physical_rows, f.physical_rows
+                    ));
+                }
+            }
             for f in t.sources.iter().chain(&t.destinations) {
                 if f.id >= self.next_fragment_id {
                     return Err(format!(

@@ -17,6 +17,9 @@ use super::store::TableDir;
 use crate::ledger::row_map::{BlockLabels, RowMapFooter, block_runs, translate_sorted};
 use crate::ledger::{LedgerError, PartitionMap, Transition};
 
+/// Decoded blocks one open row map keeps (about 8 MiB).
+const MAX_DECODED_BLOCKS: usize = 64;
+
 /// An opened row-map file: its footer in memory, blocks read on demand.
 #[derive(Debug)]
 pub struct RowMapFile {
@@ -86,18 +89,26 @@ impl RowMapFile {
         self.blocks.lock().expect("row map lock").clear();
     }
 
-    /// Reads and decodes the blocks of `wanted` that are not in memory yet.
-    async fn load_blocks(&self, wanted: &[usize]) -> crate::ledger::Result<()> {
-        let missing: Vec<usize> = {
+    /// The decoded blocks `wanted`: from memory, or read (one coalesced request) and decoded.
+    async fn load_blocks(
+        &self,
+        wanted: &[usize],
+    ) -> crate::ledger::Result<HashMap<usize, Arc<BlockLabels>>> {
+        let mut found = HashMap::with_capacity(wanted.len());
+        let mut missing = Vec::new();
+        {
             let blocks = self.blocks.lock().expect("row map lock");
-            wanted
-                .iter()
-                .copied()
-                .filter(|b| !blocks.contains_key(b))
-                .collect()
-        };
+            for b in wanted {
+                match blocks.get(b) {
+                    Some(block) => {
+                        found.insert(*b, block.clone());
+                    }
+                    None => missing.push(*b),
+                }
+            }
+        }
         if missing.is_empty() {
-            return Ok(());
+            return Ok(found);
         }
         let ranges: Vec<_> = missing
             .iter()
@@ -108,12 +119,18 @@ impl RowMapFile {
             .get_ranges(&self.path, &ranges)
             .await
             .map_err(|e| LedgerError::Invalid(format!("reading row map {}: {e}", self.path)))?;
-        let mut decoded = Vec::with_capacity(missing.len());
         for (b, data) in missing.iter().zip(bytes) {
-            decoded.push((*b, Arc::new(self.footer.decode_block(*b, &data)?)));
+            found.insert(*b, Arc::new(self.footer.decode_block(*b, &data)?));
         }
-        self.blocks.lock().expect("row map lock").extend(decoded);
-        Ok(())
+        let mut blocks = self.blocks.lock().expect("row map lock");
+        // Decoded blocks are ~130 KiB each: keep a bounded working set.
+        if blocks.len() + missing.len() > MAX_DECODED_BLOCKS {
+            blocks.clear();
+        }
+        for b in missing {
+            blocks.insert(b, found[&b].clone());
+        }
+        Ok(found)
     }
 }
 
@@ -121,11 +138,18 @@ impl RowMapFile {
 impl PartitionMap for RowMapFile {
     async fn lookup(&self, positions: &[u64]) -> crate::ledger::Result<Vec<Option<(u16, u32)>>> {
         let runs = block_runs(self.footer.counts(), positions)?;
-        let wanted: Vec<usize> = runs.iter().map(|r| r.block).collect();
-        self.load_blocks(&wanted).await?;
-        let blocks = self.blocks.lock().expect("row map lock").clone();
-        Ok(translate_sorted(self.footer.counts(), positions, |b| {
-            blocks.get(&b).map(|x| x.as_ref())
-        })?)
+        let mut out = Vec::with_capacity(positions.len());
+        // In groups of blocks that fit the working set, each group read with one request.
+        for group in runs.chunks(MAX_DECODED_BLOCKS) {
+            let wanted: Vec<usize> = group.iter().map(|r| r.block).collect();
+            let blocks = self.load_blocks(&wanted).await?;
+            let (from, to) = (group[0].range.start, group[group.len() - 1].range.end);
+            out.extend(translate_sorted(
+                self.footer.counts(),
+                &positions[from..to],
+                |b| blocks.get(&b).map(|x| x.as_ref()),
+            )?);
+        }
+        Ok(out)
     }
 }

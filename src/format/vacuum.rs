@@ -1,12 +1,14 @@
 //! VACUUM: removing files no retained version references.
 //!
-//! The retained versions are the newest `retain` ones (all of them by default). A file is
-//! removed when no retained manifest references it (data files, deletion files, index models
-//! and segments, and the files ledger transitions need: removed-row deletion vectors and row
-//! maps) and either an older, dropped manifest referenced it or it is older than a grace
-//! period. The grace period protects files a writer has written but not yet committed.
-//! Manifests of dropped versions go too (time travel to them ends). The latest version is
-//! always kept, and ledger entries no segment needs were already dropped at commit time.
+//! The retained versions are the newest `retain` ones (all of them by default) plus every
+//! version committed within a grace period (a writer in progress may have read it and still
+//! need its files, e.g. the deletion vectors it merges with). A file is removed when no
+//! retained manifest references it (data files, deletion files, index models and segments,
+//! and the files ledger transitions need: removed-row deletion vectors and row maps) and it is
+//! older than the grace period (a writer may have written it and not committed yet), so the
+//! grace period must exceed the longest write. Manifests of dropped versions go too (time
+//! travel to them ends). The latest version is always kept, and ledger entries no segment
+//! needs were already dropped at commit time.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -18,8 +20,9 @@ use super::error::{FormatError, Result};
 use super::manifest::Manifest;
 use super::store::TableDir;
 
-/// Unreferenced files younger than this may belong to a commit in progress.
-pub const ORPHAN_GRACE: Duration = Duration::from_secs(15 * 60);
+/// Default grace period: files and versions younger than this may matter to a commit in
+/// progress (session option `fragvec.vacuum_grace_seconds`).
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(15 * 60);
 
 /// What VACUUM removed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -51,24 +54,23 @@ pub async fn vacuum(dir: &TableDir, retain: Option<u64>, grace: Duration) -> Res
     if versions.is_empty() {
         return Err(FormatError::NotFound(dir.name().to_string()));
     }
-    let keep_from = match retain {
+    let mut keep_from = match retain {
         Some(n) => versions.len().saturating_sub(n.max(1) as usize),
         None => 0,
     };
+    let cutoff = chrono::Utc::now() - grace;
+    // Versions committed within the grace period stay, whatever `retain` says.
+    while keep_from > 0 {
+        match dir.load_manifest(versions[keep_from - 1]).await {
+            Ok(m) if m.transaction.timestamp_ms >= cutoff.timestamp_millis() => keep_from -= 1,
+            _ => break,
+        }
+    }
     let mut keep = HashSet::new();
     for v in &versions[keep_from..] {
         keep.extend(referenced_files(&dir.load_manifest(*v).await?));
     }
-    let mut dropped_refs = HashSet::new();
     let mut metrics = VacuumMetrics::default();
-    for v in &versions[..keep_from] {
-        // A dropped version that cannot be read is still dropped; its files fall to the
-        // grace rule.
-        if let Ok(m) = dir.load_manifest(*v).await {
-            dropped_refs.extend(referenced_files(&m));
-        }
-    }
-    let cutoff = chrono_now() - grace;
     let root = dir.path("");
     let objects: Vec<_> = dir
         .store()
@@ -87,8 +89,7 @@ pub async fn vacuum(dir: &TableDir, retain: Option<u64>, grace: Duration) -> Res
         if relative.starts_with(super::store::VERSIONS_DIR) || keep.contains(relative) {
             continue;
         }
-        let young = object.last_modified > cutoff;
-        if young && !dropped_refs.contains(relative) {
+        if object.last_modified > cutoff {
             continue;
         }
         dir.store()
@@ -104,8 +105,4 @@ pub async fn vacuum(dir: &TableDir, retain: Option<u64>, grace: Duration) -> Res
         metrics.versions_removed += 1;
     }
     Ok(metrics)
-}
-
-fn chrono_now() -> chrono::DateTime<chrono::Utc> {
-    chrono::Utc::now()
 }

@@ -190,6 +190,11 @@ impl Entry {
 }
 
 /// A byte-bounded cache of segment footers and partitions, shared by a session's queries.
+/// Ledger states and ownership derivations kept per session; past these counts the maps start
+/// over (each entry is small, and rebuilt on the next query that needs it).
+const MAX_LEDGERS: usize = 64;
+const MAX_OWNERSHIPS: usize = 256;
+
 /// How to bring a segment's rows up to date: the ledger and the segment's ownership.
 #[derive(Clone, Copy, Debug)]
 pub struct Translation<'a> {
@@ -283,11 +288,11 @@ impl PartitionCache {
             return Ok(v.clone());
         }
         let view = Arc::new(load_ledger(dir, manifest).await?);
-        self.state
-            .lock()
-            .expect("cache lock")
-            .ledgers
-            .insert(key, view.clone());
+        let mut state = self.state.lock().expect("cache lock");
+        if state.ledgers.len() >= MAX_LEDGERS {
+            state.ledgers.clear();
+        }
+        state.ledgers.insert(key, view.clone());
         Ok(view)
     }
 
@@ -309,7 +314,7 @@ impl PartitionCache {
             f.id.hash(&mut h);
         }
         for s in manifest.segments_of(index) {
-            (s.id, &s.invalidated_fragments).hash(&mut h);
+            (&s.file, &s.fragment_bitmap, &s.invalidated_fragments).hash(&mut h);
         }
         let key = format!("{}#{index}#{}#{:x}", dir.name(), view.key(), h.finish());
         if let Some(o) = self.state.lock().expect("cache lock").ownerships.get(&key) {
@@ -317,7 +322,7 @@ impl PartitionCache {
         }
         let owners = Arc::new(segment_ownerships(dir, manifest, view, index).await?);
         let mut state = self.state.lock().expect("cache lock");
-        if state.ownerships.len() >= 1024 {
+        if state.ownerships.len() >= MAX_OWNERSHIPS {
             state.ownerships.clear();
         }
         state.ownerships.insert(key, owners.clone());

@@ -79,6 +79,14 @@ impl Transition {
         if self.sources.is_empty() {
             return Err(bad("has no source fragments".into()));
         }
+        for d in self.sources.iter().chain(&self.destinations) {
+            if d.physical_rows > u32::MAX as u64 {
+                return Err(bad(format!(
+                    "fragment {} has {} rows, more than a row address can hold",
+                    d.id, d.physical_rows
+                )));
+            }
+        }
         for s in &self.sources {
             if s.deleted_rows > s.physical_rows {
                 return Err(bad(format!(
@@ -92,6 +100,7 @@ impl Transition {
                 return Err(bad(format!("destination {} was born with deletions", d.id)));
             }
         }
+        // Each count is below 2^32 and there are far fewer than 2^32 of them: no overflow.
         let moved: u64 = self.sources.iter().map(FragmentDigest::live_rows).sum();
         let landed: u64 = self.destinations.iter().map(|d| d.physical_rows).sum();
         if moved != landed {

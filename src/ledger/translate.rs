@@ -56,9 +56,12 @@ impl LedgerView {
             .collect();
         let mut consumer = HashMap::new();
         let mut starts = Vec::with_capacity(transitions.len());
+        // Content, not ids: a table dropped and created again reuses transition ids.
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         for (i, t) in transitions.iter().enumerate() {
-            t.transition.id.hash(&mut hasher);
+            serde_json::to_string(&t.transition)
+                .unwrap_or_default()
+                .hash(&mut hasher);
             let mut start = 0;
             let mut row_starts = Vec::with_capacity(t.transition.sources.len());
             for (p, s) in t.transition.sources.iter().enumerate() {
