@@ -39,7 +39,9 @@ use super::udf;
 use super::write::{append_streams, count_schema};
 use crate::format::{self, Database, FormatError, Operation, TableProperties};
 use crate::sql::finder::{self, DmlTarget, Finder, TargetColumn};
+use crate::sql::vector_params;
 use crate::sql::{FragvecStatement, knn_call, parse_statements, pin};
+use datafusion::common::ScalarValue;
 
 /// What one statement produced.
 #[derive(Debug, Clone)]
@@ -337,6 +339,17 @@ impl FragvecSession {
                 return self.run_query(&format!("EXPLAIN {}", finder.sql)).await;
             }
         }
+        // Vector literals of distance calls become parameters (bound after planning): far
+        // cheaper to plan, and the statement's text below stays short.
+        let mut statement = statement;
+        let vectors = match &mut statement {
+            DFStatement::Statement(s) => vector_params::extract_vector_literals(s),
+            DFStatement::Explain(e) => match e.statement.as_mut() {
+                DFStatement::Statement(s) => vector_params::extract_vector_literals(s),
+                _ => vec![],
+            },
+            _ => vec![],
+        };
         let text = statement.to_string().to_ascii_lowercase();
         if text.contains("information_schema") {
             self.schema.refresh().await?;
@@ -360,7 +373,10 @@ impl FragvecSession {
             let plan = state.statement_to_plan(statement).await?;
             self.execute_plan(Some(state), plan).await
         } else {
-            let plan = self.ctx.state().statement_to_plan(statement).await?;
+            let mut plan = self.ctx.state().statement_to_plan(statement).await?;
+            if !vectors.is_empty() {
+                plan = plan.with_param_values(vector_params_values(vectors))?;
+            }
             self.execute_plan(None, plan).await
         };
         if result.is_ok() && changes_tables {
@@ -822,4 +838,19 @@ fn table_properties(options: &[SqlOption]) -> Result<TableProperties> {
         }
     }
     Ok(props)
+}
+
+/// The values of extracted vector literals, as DataFusion plans `[x, y, ...]`: lists.
+fn vector_params_values(vectors: Vec<Vec<f64>>) -> Vec<ScalarValue> {
+    vectors
+        .into_iter()
+        .map(|v| {
+            let list = datafusion::arrow::array::ListArray::from_iter_primitive::<
+                datafusion::arrow::datatypes::Float64Type,
+                _,
+                _,
+            >([Some(v.into_iter().map(Some))]);
+            ScalarValue::List(Arc::new(list))
+        })
+        .collect()
 }

@@ -37,9 +37,17 @@ pub struct Database {
     /// The latest version seen of each table, so finding the latest version costs two small
     /// reads instead of a listing of every manifest.
     latest_seen: LatestSeen,
+    /// Decoded manifests, by table, version and the file's identity (size and e-tag or
+    /// modification time, so a table dropped and created again is never confused with the
+    /// old one). Manifests are immutable, so an entry never goes stale.
+    manifests: ManifestCache,
 }
 
 type LatestSeen = Arc<Mutex<HashMap<String, u64>>>;
+type ManifestCache = Arc<Mutex<HashMap<String, Arc<Manifest>>>>;
+
+/// Manifests a database keeps decoded.
+const CACHED_MANIFESTS: usize = 256;
 
 impl Database {
     /// Opens a database at a local path, `file://` URL, `memory://[name]`, or (with the `s3`
@@ -76,6 +84,7 @@ impl Database {
             root,
             location: location.to_string(),
             latest_seen: LatestSeen::default(),
+            manifests: ManifestCache::default(),
         })
     }
 
@@ -86,6 +95,7 @@ impl Database {
             root,
             location,
             latest_seen: LatestSeen::default(),
+            manifests: ManifestCache::default(),
         }
     }
 
@@ -104,6 +114,7 @@ impl Database {
             root: self.root.clone().join(name),
             name: name.to_string(),
             latest_seen: self.latest_seen.clone(),
+            manifests: self.manifests.clone(),
         })
     }
 
@@ -230,6 +241,7 @@ pub struct TableDir {
     root: Path,
     name: String,
     latest_seen: LatestSeen,
+    manifests: ManifestCache,
 }
 
 impl TableDir {
@@ -351,7 +363,41 @@ impl TableDir {
     }
 
     pub async fn snapshot(self: &Arc<Self>, version: u64) -> Result<Snapshot> {
-        Snapshot::new(self.clone(), Arc::new(self.load_manifest(version).await?))
+        Snapshot::new(self.clone(), self.cached_manifest(version).await?)
+    }
+
+    /// A manifest from the database's cache of decoded manifests, checked against the file's
+    /// identity with one metadata request.
+    async fn cached_manifest(&self, version: u64) -> Result<Arc<Manifest>> {
+        let path = self.manifest_path(version);
+        let meta = match self.store.head(&path).await {
+            Ok(m) => m,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(FormatError::VersionNotFound {
+                    table: self.name.clone(),
+                    version,
+                });
+            }
+            Err(e) => return Err(FormatError::store(&path, e)),
+        };
+        let key = format!(
+            "{}/{version}/{}/{}",
+            self.root,
+            meta.size,
+            meta.e_tag
+                .clone()
+                .unwrap_or_else(|| meta.last_modified.to_rfc3339())
+        );
+        if let Some(m) = self.manifests.lock().expect("manifest cache").get(&key) {
+            return Ok(m.clone());
+        }
+        let manifest = Arc::new(self.load_manifest(version).await?);
+        let mut cache = self.manifests.lock().expect("manifest cache");
+        if cache.len() >= CACHED_MANIFESTS {
+            cache.clear();
+        }
+        cache.insert(key, manifest.clone());
+        Ok(manifest)
     }
 
     pub async fn latest(self: &Arc<Self>) -> Result<Snapshot> {

@@ -8,5 +8,6 @@ pub mod finder;
 pub mod knn_call;
 pub mod parser;
 pub mod pin;
+pub mod vector_params;
 
 pub use parser::{FragvecStatement, OptimizeAction, parse_statements};

@@ -1,0 +1,179 @@
+//! Vector literals as query parameters.
+//!
+//! A KNN query carries its query vector as an array literal of, say, 128 numbers. Planned as
+//! written, DataFusion turns it into a 128-argument `make_array` call and names, coerces and
+//! simplifies that expression in every planning pass, which costs far more than running the
+//! query. Here each numeric array literal passed to a distance function is replaced by a
+//! positional placeholder (`$1`, ...) and its value is kept aside; the engine binds the values
+//! into the logical plan once it is built, where they become plain literals. Queries whose
+//! output names would show the literal (an unaliased projected distance) and statements that
+//! already use placeholders are left alone, so results and column names do not change.
+
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    Expr, FunctionArg, FunctionArgExpr, FunctionArguments, SelectItem, SetExpr, Statement,
+    UnaryOperator, Value, VisitMut, VisitorMut, visit_expressions,
+};
+
+/// Functions whose vector arguments may become parameters (they coerce them to `f32`
+/// vectors, so the literal's element type does not matter).
+const DISTANCE_FUNCTIONS: &[&str] = &[
+    "l2_distance",
+    "cosine_distance",
+    "inner_product",
+    "dot_product",
+    "negative_inner_product",
+];
+
+/// Arrays shorter than this are cheap to plan as written.
+const MIN_ELEMENTS: usize = 8;
+
+fn number(e: &Expr) -> Option<f64> {
+    match e {
+        Expr::Value(v) => match &v.value {
+            Value::Number(n, _) => n.parse().ok(),
+            _ => None,
+        },
+        Expr::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr,
+        } => number(expr).map(|x| -x),
+        Expr::UnaryOp {
+            op: UnaryOperator::Plus,
+            expr,
+        } => number(expr),
+        _ => None,
+    }
+}
+
+fn numeric_array(e: &Expr) -> Option<Vec<f64>> {
+    match e {
+        Expr::Array(a) if a.elem.len() >= MIN_ELEMENTS => a.elem.iter().map(number).collect(),
+        _ => None,
+    }
+}
+
+fn is_distance_call(e: &Expr) -> bool {
+    matches!(e, Expr::Function(f)
+        if DISTANCE_FUNCTIONS.contains(&f.name.to_string().to_ascii_lowercase().as_str()))
+}
+
+fn has_placeholder(statement: &Statement) -> bool {
+    visit_expressions(statement, |e| match e {
+        Expr::Value(v) if matches!(v.value, Value::Placeholder(_)) => ControlFlow::Break(()),
+        _ => ControlFlow::Continue(()),
+    })
+    .is_break()
+}
+
+/// An unaliased projection whose name would show a vector literal.
+fn projects_literal_unaliased(statement: &Statement) -> bool {
+    let Statement::Query(q) = statement else {
+        return true;
+    };
+    let SetExpr::Select(select) = q.body.as_ref() else {
+        return true;
+    };
+    select.projection.iter().any(|item| match item {
+        SelectItem::UnnamedExpr(e) => visit_expressions(e, |x| match numeric_array(x) {
+            Some(_) => ControlFlow::Break(()),
+            None => ControlFlow::Continue(()),
+        })
+        .is_break(),
+        _ => false,
+    })
+}
+
+struct Extract {
+    values: Vec<Vec<f64>>,
+}
+
+impl VisitorMut for Extract {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        if !is_distance_call(expr) {
+            return ControlFlow::Continue(());
+        }
+        let Expr::Function(f) = expr else {
+            return ControlFlow::Continue(());
+        };
+        let FunctionArguments::List(list) = &mut f.args else {
+            return ControlFlow::Continue(());
+        };
+        for arg in list.args.iter_mut() {
+            if let FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) = arg
+                && let Some(values) = numeric_array(e)
+            {
+                self.values.push(values);
+                *e = Expr::value(Value::Placeholder(format!("${}", self.values.len())));
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// Replaces the vector literals of distance calls in a plain query by placeholders and
+/// returns their values in placeholder order (empty: the statement was left as it was).
+pub fn extract_vector_literals(statement: &mut Statement) -> Vec<Vec<f64>> {
+    if !matches!(statement, Statement::Query(_))
+        || has_placeholder(statement)
+        || projects_literal_unaliased(statement)
+    {
+        return vec![];
+    }
+    let mut extract = Extract { values: vec![] };
+    let _ = statement.visit(&mut extract);
+    extract.values
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::{FragvecStatement, parse_statements};
+
+    fn statement(sql: &str) -> Statement {
+        match parse_statements(sql).unwrap().remove(0) {
+            FragvecStatement::DataFusion(s) => match *s {
+                datafusion::sql::parser::Statement::Statement(s) => *s,
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn distance_literals_become_placeholders() {
+        let v = "[1, -2.5, 3, 4, 5, 6, 7, 8]";
+        let mut s = statement(&format!(
+            "SELECT id, l2_distance(emb, {v}) AS d FROM t WHERE id > 3 ORDER BY l2_distance(emb, {v}) LIMIT 3"
+        ));
+        let values = extract_vector_literals(&mut s);
+        assert_eq!(values.len(), 2);
+        assert_eq!(values[0], vec![1.0, -2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+        let text = s.to_string();
+        assert!(
+            text.contains("l2_distance(emb, $1) AS d") && text.contains("l2_distance(emb, $2)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn names_placeholders_and_short_or_non_numeric_arrays_stay() {
+        let v = "[1, 2, 3, 4, 5, 6, 7, 8]";
+        for sql in [
+            format!("SELECT l2_distance(emb, {v}) FROM t"),
+            format!("SELECT id FROM t WHERE id = $1 ORDER BY l2_distance(emb, {v}) LIMIT 3"),
+            "SELECT id FROM t ORDER BY l2_distance(emb, [1, 2]) LIMIT 3".to_string(),
+            "SELECT id FROM t ORDER BY l2_distance(emb, [1, 2, 3, 4, 5, 6, 7, x]) LIMIT 3"
+                .to_string(),
+            format!("SELECT array_length({v}) AS n"),
+        ] {
+            let mut s = statement(&sql);
+            let before = s.to_string();
+            assert!(extract_vector_literals(&mut s).is_empty(), "{sql}");
+            assert_eq!(s.to_string(), before);
+        }
+    }
+}
