@@ -129,6 +129,26 @@ impl KnnExec {
     }
 }
 
+impl KnnExec {
+    /// The same search for another query vector (a cached plan reused, see
+    /// [`super::plan_cache`]).
+    pub fn with_vector(&self, vector: Vec<f32>) -> Result<Self> {
+        Self::new(
+            self.scan.clone(),
+            KnnQuery {
+                vector,
+                ..self.query.clone()
+            },
+            self.index.clone(),
+            self.cache.clone(),
+        )
+    }
+
+    pub fn query_vector(&self) -> &[f32] {
+        &self.query.vector
+    }
+}
+
 impl DisplayAs for KnnExec {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         let index = self.index.as_ref().map_or("none (exact)".to_string(), |i| {

@@ -16,6 +16,7 @@ pub mod knn;
 pub mod knn_rule;
 pub mod maintenance;
 pub mod options;
+pub mod plan_cache;
 pub mod provider;
 pub mod recluster;
 pub mod scan;

@@ -33,6 +33,7 @@ use super::index_ops;
 use super::knn_rule::KnnRule;
 use super::maintenance;
 use super::options::FragvecOptions;
+use super::plan_cache::{self, CachedPlan, PlanCache};
 use super::recluster;
 use super::types;
 use super::udf;
@@ -42,6 +43,7 @@ use crate::sql::finder::{self, DmlTarget, Finder, TargetColumn};
 use crate::sql::vector_params;
 use crate::sql::{FragvecStatement, knn_call, parse_statements, pin};
 use datafusion::common::ScalarValue;
+use datafusion::physical_plan::ExecutionPlan;
 
 /// What one statement produced.
 #[derive(Debug, Clone)]
@@ -83,6 +85,8 @@ impl StatementResult {
 pub struct FragvecSession {
     ctx: SessionContext,
     schema: Arc<FragvecSchema>,
+    /// Physical plans of KNN queries, reused for the next query vector.
+    plans: Arc<PlanCache>,
 }
 
 impl std::fmt::Debug for FragvecSession {
@@ -152,7 +156,11 @@ impl FragvecSession {
         // which could let DataFusion's `inner_product` (alias `dot_product`) win again.
         udf::register(&ctx);
         super::cluster_udf::register(&ctx);
-        Ok(Self { ctx, schema })
+        Ok(Self {
+            ctx,
+            schema,
+            plans: Arc::default(),
+        })
     }
 
     /// The DataFusion context, for registering more functions or tables.
@@ -358,6 +366,13 @@ impl FragvecSession {
         // EXTERNAL TABLE, DROP, views) may, so the list SHOW TABLES uses is refreshed after.
         let changes_tables = !matches!(&statement, DFStatement::Statement(s)
             if matches!(s.as_ref(), Statement::Query(_) | Statement::Insert(_)));
+        let statement_kind = match &statement {
+            DFStatement::Statement(s) if matches!(s.as_ref(), Statement::Query(_)) => {
+                StatementKind::Query
+            }
+            DFStatement::Explain(_) => StatementKind::Query,
+            _ => StatementKind::Other,
+        };
         let statement = self
             .pin(statement, pin::mentions_virtual_columns(&text))
             .await?;
@@ -372,6 +387,8 @@ impl FragvecSession {
                 .enable_round_robin_repartition = false;
             let plan = state.statement_to_plan(statement).await?;
             self.execute_plan(Some(state), plan).await
+        } else if !vectors.is_empty() && matches!(&statement, DFStatement::Statement(_)) {
+            self.run_vector_query(statement, vectors).await
         } else {
             let mut plan = self.ctx.state().statement_to_plan(statement).await?;
             if !vectors.is_empty() {
@@ -379,10 +396,52 @@ impl FragvecSession {
             }
             self.execute_plan(None, plan).await
         };
+        if !matches!(&statement_kind, StatementKind::Query) {
+            // A SET or DDL may change how queries plan.
+            self.plans.clear();
+        }
         if result.is_ok() && changes_tables {
             self.schema.refresh().await?;
         }
         result
+    }
+
+    /// A query whose vector literals were taken out as parameters: its physical plan is
+    /// reused when the same pinned statement (same shape, same table versions, same options)
+    /// runs again with other vectors.
+    async fn run_vector_query(
+        &self,
+        statement: DFStatement,
+        vectors: Vec<Vec<f64>>,
+    ) -> Result<StatementResult> {
+        let key = format!("{:?}|{statement}", self.options());
+        if let Some(cached) = self.plans.get(&key)
+            && let Some(plan) = plan_cache::rebind(&cached.plan, &cached.params, &vectors)?
+        {
+            return self.collect_physical(plan).await;
+        }
+        let plan = self.ctx.state().statement_to_plan(statement).await?;
+        let plan = plan.with_param_values(vector_params_values(vectors.clone()))?;
+        let physical = self
+            .ctx
+            .execute_logical_plan(plan)
+            .await?
+            .create_physical_plan()
+            .await?;
+        self.plans.put(
+            key,
+            CachedPlan {
+                plan: physical.clone(),
+                params: vectors,
+            },
+        );
+        self.collect_physical(physical).await
+    }
+
+    async fn collect_physical(&self, plan: Arc<dyn ExecutionPlan>) -> Result<StatementResult> {
+        let schema = plan.schema();
+        let batches = datafusion::physical_plan::collect(plan, self.ctx.task_ctx()).await?;
+        Ok(StatementResult::rows(schema, batches))
     }
 
     /// Runs a plan in the session (which applies `SET`s), or in a one-off `state`.
@@ -853,4 +912,10 @@ fn vector_params_values(vectors: Vec<Vec<f64>>) -> Vec<ScalarValue> {
             ScalarValue::List(Arc::new(list))
         })
         .collect()
+}
+
+/// Whether a statement only reads (queries and EXPLAIN) or may change how queries plan.
+enum StatementKind {
+    Query,
+    Other,
 }
