@@ -555,17 +555,102 @@ impl Search {
         let mut out = Vec::new();
         for (fragment, offsets) in self.by_fragment(addrs)? {
             self.counters.fragments_read.add(1);
-            let dir = self.snapshot().dir.clone();
-            let mut stream = read_fragment_rows(dir, fragment, schema.clone(), &offsets);
-            let mut at = 0usize;
-            while let Some(batch) = stream.next().await {
-                let batch = batch.map_err(DataFusionError::from)?;
-                let n = batch.num_rows();
-                out.push((fragment, offsets[at..at + n].to_vec(), batch));
-                at += n;
+            // Small fixed-width columns come from whole decoded columns kept in the session's
+            // cache; the others are read page by page.
+            let cached: Vec<bool> = schema
+                .fields()
+                .iter()
+                .map(|f| self.column_is_cacheable(f.data_type(), fragment.physical_rows))
+                .collect();
+            let direct = Arc::new(Schema::new(
+                schema
+                    .fields()
+                    .iter()
+                    .zip(&cached)
+                    .filter(|(_, c)| !**c)
+                    .map(|(f, _)| f.as_ref().clone())
+                    .collect::<Vec<_>>(),
+            ));
+            let mut direct_columns: Vec<Vec<ArrayRef>> = vec![Vec::new(); direct.fields().len()];
+            if !direct.fields().is_empty() {
+                let dir = self.snapshot().dir.clone();
+                let mut stream = read_fragment_rows(dir, fragment, direct.clone(), &offsets);
+                while let Some(batch) = stream.next().await {
+                    let batch = batch.map_err(DataFusionError::from)?;
+                    for (i, c) in batch.columns().iter().enumerate() {
+                        direct_columns[i].push(c.clone());
+                    }
+                }
             }
+            let indices = UInt64Array::from(offsets.clone());
+            let mut columns = Vec::with_capacity(schema.fields().len());
+            let mut next_direct = 0;
+            for (field, cached) in schema.fields().iter().zip(&cached) {
+                if *cached {
+                    let whole = self.whole_column(fragment, field).await?;
+                    columns.push(datafusion::arrow::compute::take(&whole, &indices, None)?);
+                } else {
+                    let parts: Vec<&dyn Array> = direct_columns[next_direct]
+                        .iter()
+                        .map(|a| a.as_ref())
+                        .collect();
+                    columns.push(datafusion::arrow::compute::concat(&parts)?);
+                    next_direct += 1;
+                }
+            }
+            let batch = RecordBatch::try_new_with_options(
+                schema.clone(),
+                columns,
+                &RecordBatchOptions::new().with_row_count(Some(offsets.len())),
+            )?;
+            out.push((fragment, offsets, batch));
         }
         Ok(out)
+    }
+
+    /// Fixed-width columns whose decoded size is a small share of the cache budget.
+    fn column_is_cacheable(&self, data_type: &DataType, rows: u64) -> bool {
+        data_type
+            .primitive_width()
+            .is_some_and(|w| (w as u64).saturating_mul(rows) <= (self.cache.budget() / 16) as u64)
+    }
+
+    /// Every physical row of one column of a fragment, decoded once per session.
+    async fn whole_column(&self, fragment: &Fragment, field: &Field) -> Result<ArrayRef> {
+        let dir = self.snapshot().dir.clone();
+        let file = fragment.file_for_column(field.name()).ok_or_else(|| {
+            DataFusionError::Internal(format!(
+                "fragment {} has no file for {}",
+                fragment.id,
+                field.name()
+            ))
+        })?;
+        let key = format!("{}/{}:{}", dir.name(), file.path, field.name());
+        let schema = Arc::new(Schema::new(vec![field.clone()]));
+        let fragment = fragment.clone();
+        Ok(self
+            .cache
+            .column(&key, || async move {
+                let mut parts = Vec::new();
+                let mut stream = read_fragment(dir, &fragment, schema.clone(), 65536);
+                while let Some(batch) = stream.next().await {
+                    parts.push(batch?.column(0).clone());
+                }
+                let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
+                let whole = if refs.is_empty() {
+                    datafusion::arrow::array::new_empty_array(schema.field(0).data_type())
+                } else {
+                    datafusion::arrow::compute::concat(&refs)?
+                };
+                if whole.len() as u64 != fragment.physical_rows {
+                    return Err(crate::format::FormatError::corrupt(
+                        format!("fragment {}", fragment.id),
+                        "column row count differs from the fragment's",
+                    ));
+                }
+                Ok(whole)
+            })
+            .await?)
     }
 
     /// Groups addresses by fragment (in manifest order), offsets sorted.

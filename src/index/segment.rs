@@ -178,6 +178,7 @@ impl ColumnVectors {
 enum Entry {
     Partition(Arc<Partition>),
     Vectors(Arc<ColumnVectors>),
+    Column(datafusion::arrow::array::ArrayRef),
 }
 
 impl Entry {
@@ -185,6 +186,7 @@ impl Entry {
         match self {
             Entry::Partition(p) => p.bytes(),
             Entry::Vectors(v) => v.bytes(),
+            Entry::Column(a) => a.get_array_memory_size(),
         }
     }
 }
@@ -395,6 +397,35 @@ impl PartitionCache {
             .expect("cache lock")
             .admit(key, Entry::Partition(out.clone()), budget);
         Ok(out)
+    }
+
+    /// A whole decoded column of one data file (every physical row), within the byte budget:
+    /// fetching a KNN answer's k rows then costs k lookups instead of decoding pages.
+    pub async fn column<F, Fut>(
+        &self,
+        key: &str,
+        load: F,
+    ) -> Result<datafusion::arrow::array::ArrayRef>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<datafusion::arrow::array::ArrayRef>>,
+    {
+        let key = (key.to_string(), 0);
+        if let Some(Entry::Column(hit)) = self.state.lock().expect("cache lock").entries.get(&key) {
+            return Ok(hit.clone());
+        }
+        let column = load().await?;
+        let budget = self.budget.load(AtomicOrdering::Relaxed);
+        self.state
+            .lock()
+            .expect("cache lock")
+            .admit(key, Entry::Column(column.clone()), budget);
+        Ok(column)
+    }
+
+    /// The byte budget (for callers deciding what is worth caching).
+    pub fn budget(&self) -> usize {
+        self.budget.load(AtomicOrdering::Relaxed)
     }
 
     pub async fn model(&self, dir: &TableDir, def: &IndexDef) -> Result<Arc<IvfModel>> {
