@@ -51,6 +51,9 @@ use crate::index::search::{Candidate, RowMask, SearchStats, TopK, score_flat, sc
 use crate::index::segment::{ColumnVectors, PartitionCache, Translation};
 use crate::ledger::Coverage;
 
+/// Fragments with at least this many rows are scored exactly on every core.
+const PARALLEL_SCORING_ROWS: u64 = 32 * 1024;
+
 /// Filters admitting at most this many rows are answered by scoring exactly those rows.
 const EXACT_FILTER_ROWS: u64 = 4096;
 
@@ -478,28 +481,65 @@ impl Search {
                 .await?;
             let deleted = self.deletions.get(&fragment.id);
             let skipped = skip.get(&fragment.id);
-            let dim = vectors.dim;
-            for offset in 0..fragment.physical_rows {
-                let addr = row_address(fragment.id, offset);
-                if deleted.is_some_and(|d| d.contains(offset as u32))
-                    || skipped.is_some_and(|d| d.contains(offset as u32))
-                    || self.allowed.as_ref().is_some_and(|a| !a.contains(addr))
-                {
-                    continue;
+            let allowed = self.allowed.as_ref();
+            let metric = self.query.metric;
+            let k = self.query.k;
+            let id = fragment.id;
+            // Scores rows `range` of this fragment into a local top-k.
+            let score = |range: std::ops::Range<u64>| {
+                let mut top = TopK::new(k);
+                let mut rows = 0usize;
+                let dim = vectors.dim;
+                for offset in range {
+                    let addr = row_address(id, offset);
+                    if deleted.is_some_and(|d| d.contains(offset as u32))
+                        || skipped.is_some_and(|d| d.contains(offset as u32))
+                        || allowed.is_some_and(|a| !a.contains(addr))
+                    {
+                        continue;
+                    }
+                    rows += 1;
+                    let i = offset as usize;
+                    let key = if vectors.valid[i] && dim == q.len() {
+                        metric_key(metric, q, &vectors.values[i * dim..(i + 1) * dim])
+                            .unwrap_or(f32::INFINITY)
+                    } else {
+                        f32::INFINITY
+                    };
+                    top.push(Candidate { key, addr });
                 }
-                rows += 1;
-                let i = offset as usize;
-                let key = if vectors.valid[i] && dim == q.len() {
-                    metric_key(
-                        self.query.metric,
-                        q,
-                        &vectors.values[i * dim..(i + 1) * dim],
-                    )
-                    .unwrap_or(f32::INFINITY)
-                } else {
-                    f32::INFINITY
-                };
-                top.push(Candidate { key, addr });
+                (top, rows)
+            };
+            // Large fragments are scored on every core.
+            let n = fragment.physical_rows;
+            let threads = if n >= PARALLEL_SCORING_ROWS {
+                std::thread::available_parallelism().map_or(1, |p| p.get())
+            } else {
+                1
+            };
+            let chunk = n.div_ceil(threads as u64).max(1);
+            let parts: Vec<(TopK, usize)> = if threads > 1 {
+                std::thread::scope(|scope| {
+                    let handles: Vec<_> = (0..n)
+                        .step_by(chunk as usize)
+                        .map(|start| {
+                            let score = &score;
+                            scope.spawn(move || score(start..(start + chunk).min(n)))
+                        })
+                        .collect();
+                    handles
+                        .into_iter()
+                        .map(|h| h.join().expect("scoring thread"))
+                        .collect()
+                })
+            } else {
+                vec![score(0..n)]
+            };
+            for (part, scored) in parts {
+                rows += scored;
+                for c in part.into_sorted() {
+                    top.push(c);
+                }
             }
         }
         self.counters.rows_scored.add(rows);
