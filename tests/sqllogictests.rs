@@ -190,7 +190,11 @@ fn main() {
         || std::env::var("FRAGVEC_SLT_COMPLETE").is_ok_and(|v| v == "1");
     args.retain(|a| a != "--complete");
     let arguments = Arguments::from_iter(args);
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("sql-tests");
+    // The directory cargo runs the tests for (the same test binary may be reused by another
+    // checkout of the crate sharing the target directory), else the one it was built in.
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR")
+        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+    let root = Path::new(&manifest_dir).join("sql-tests");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&root)
         .expect("sql-tests directory")
         .filter_map(|e| e.ok().map(|e| e.path()))
