@@ -131,7 +131,14 @@ impl ScalarUDFImpl for Zorder {
 pub struct IvfPartition {
     signature: Signature,
     model: Option<Arc<IvfModel>>,
+    /// Partitions the index already assigned, by fragment and offset (`u32::MAX`: unknown).
+    /// With it the function takes the row address as a second argument and computes only
+    /// the rows the index does not hold.
+    known: Option<Arc<KnownPartitions>>,
 }
+
+/// Partition of each row the index holds, per current fragment.
+pub type KnownPartitions = std::collections::HashMap<u64, Vec<u32>>;
 
 impl PartialEq for IvfPartition {
     fn eq(&self, other: &Self) -> bool {
@@ -156,13 +163,16 @@ impl IvfPartition {
         Self {
             signature: Signature::any(1, Volatility::Immutable),
             model: None,
+            known: None,
         }
     }
 
-    pub fn bound(model: Arc<IvfModel>) -> Self {
+    /// Bound to an index's model; with `known`, called as `ivf_partition(col, _rowaddr)`.
+    pub fn bound(model: Arc<IvfModel>, known: Option<Arc<KnownPartitions>>) -> Self {
         Self {
+            signature: Signature::any(if known.is_some() { 2 } else { 1 }, Volatility::Immutable),
             model: Some(model),
-            ..Self::unbound()
+            known,
         }
     }
 }
@@ -205,12 +215,27 @@ impl ScalarUDFImpl for IvfPartition {
         let list = array.as_fixed_size_list();
         let values = list.values().as_primitive::<Float32Type>().values();
         let d = model.dim;
-        // Rows with a defined partition, their (prepared) vectors side by side, assigned to
-        // centroids in one parallel pass.
+        let mut out = vec![None; list.len()];
+        // Rows the index holds take the partition it assigned them.
+        if let (Some(known), Some(addrs)) = (&self.known, args.args.get(1)) {
+            let addrs = addrs.to_array(args.number_rows)?;
+            let addrs = addrs.as_primitive::<datafusion::arrow::datatypes::UInt64Type>();
+            for (i, slot) in out.iter_mut().enumerate() {
+                let (f, o) = crate::format::split_row_address(addrs.value(i));
+                if let Some(&p) = known.get(&f).and_then(|v| v.get(o as usize))
+                    && p != u32::MAX
+                    && !list.is_null(i)
+                {
+                    *slot = Some(p);
+                }
+            }
+        }
+        // The others: (prepared) vectors side by side, assigned to centroids in one parallel
+        // pass.
         let mut rows = Vec::with_capacity(list.len());
         let mut data = Vec::with_capacity(list.len() * d);
-        for i in 0..list.len() {
-            if list.is_null(i) {
+        for (i, known) in out.iter().enumerate() {
+            if list.is_null(i) || known.is_some() {
                 continue;
             }
             let offset = list.value_offset(i) as usize;
@@ -220,7 +245,6 @@ impl ScalarUDFImpl for IvfPartition {
             }
         }
         let assigned = crate::index::kmeans::assign(&data, d, &model.centroids);
-        let mut out = vec![None; list.len()];
         for (i, (p, _)) in rows.into_iter().zip(assigned) {
             out[i] = Some(p);
         }

@@ -150,6 +150,11 @@ impl KnnExec {
     pub fn query_vector(&self) -> &[f32] {
         &self.query.vector
     }
+
+    /// The table version searched and the pushed-down filter.
+    pub fn scan_spec(&self) -> &ScanSpec {
+        &self.scan
+    }
 }
 
 impl DisplayAs for KnnExec {
@@ -621,6 +626,12 @@ impl Search {
                         direct_columns[i].push(c.clone());
                     }
                 }
+            }
+            if let Some(bad) = offsets.iter().find(|o| **o >= fragment.physical_rows) {
+                return Err(DataFusionError::Execution(format!(
+                    "row {bad} is past the end of fragment {} ({} rows): a corrupt index?",
+                    fragment.id, fragment.physical_rows
+                )));
             }
             let indices = UInt64Array::from(offsets.clone());
             let mut columns = Vec::with_capacity(schema.fields().len());

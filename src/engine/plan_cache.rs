@@ -5,9 +5,13 @@
 //! statement text (which names the table versions read) identifies the shape, so its physical
 //! plan is kept and, for the next vector, rebuilt with the new values: the KNN operator gets
 //! the new query vector, and the projection / sort / filter expressions that held the old
-//! literals get the new ones. A plan with any other node holding a vector literal, or whose
-//! parameters cannot be told apart, is not reused. Planning a 128-d KNN query costs far more
-//! than running it, so this is what makes repeated queries cheap.
+//! literals get the new ones. Only plans made of a projection, a top-k sort and one KNN
+//! operator (the shape of `SELECT ... ORDER BY <distance> LIMIT k`) are kept, and every node is
+//! rebuilt fresh for each use, so no run-time state (such as the sort's dynamic filter) is
+//! shared between runs. A plan is not kept when a parameter cannot be found in it (folded into
+//! a constant), when parameters cannot be told apart, or when the pushed-down filter holds a
+//! vector. Planning a 128-d KNN query costs far more than running it, so this is what makes
+//! repeated queries cheap.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,9 +25,13 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Literal;
 use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::Partitioning;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::coop::CooperativeExec;
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
+use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 
 use super::knn::KnnExec;
 
@@ -40,6 +48,7 @@ pub struct CachedPlan {
 #[derive(Debug, Default)]
 pub struct PlanCache {
     plans: Mutex<HashMap<String, CachedPlan>>,
+    reused: std::sync::atomic::AtomicU64,
 }
 
 impl PlanCache {
@@ -47,10 +56,22 @@ impl PlanCache {
         self.plans.lock().expect("plan cache").get(key).cloned()
     }
 
+    /// Counts a plan reused (for tests and diagnostics).
+    pub fn note_reuse(&self) {
+        self.reused
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How many queries ran on a reused plan.
+    pub fn reused(&self) -> u64 {
+        self.reused.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Keeps a plan if its parameters can be told apart (distinct values).
     pub fn put(&self, key: String, plan: CachedPlan) {
         for (i, a) in plan.params.iter().enumerate() {
-            if plan.params[..i].contains(a) {
+            let a: Vec<f64> = a.iter().map(|x| *x as f32 as f64).collect();
+            if param_of(&a, &plan.params[..i]).is_some() {
                 return;
             }
         }
@@ -123,29 +144,97 @@ fn rebind_expr(
     Ok((!unknown).then_some(out.data))
 }
 
-fn holds_list_literal(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
-    let mut found = false;
-    plan.apply_expressions(&mut |e| {
-        e.apply(|x| {
-            if x.downcast_ref::<Literal>()
-                .is_some_and(|l| list_values(l.value()).is_some())
-            {
-                found = true;
-                return Ok(TreeNodeRecursion::Stop);
-            }
-            Ok(TreeNodeRecursion::Continue)
-        })
-    })?;
-    Ok(found)
+/// The KNN operator of a [`reusable`] plan.
+pub fn knn_of(plan: &Arc<dyn ExecutionPlan>) -> Option<&KnnExec> {
+    let mut node = plan;
+    loop {
+        if let Some(knn) = node.downcast_ref::<KnnExec>() {
+            return Some(knn);
+        }
+        let children = node.children();
+        let [child] = children.as_slice() else {
+            return None;
+        };
+        node = child;
+    }
 }
 
-/// `plan` for new parameter values, or `None` when it cannot be rebuilt safely.
+/// Whether `plan` has the shape a reused plan may have (projection / top-k sort /
+/// cooperative wrapper above exactly one KNN operator whose filter holds no vector), and
+/// every parameter appears in it.
+pub fn reusable(plan: &Arc<dyn ExecutionPlan>, params: &[Vec<f64>]) -> Result<bool> {
+    let mut seen = vec![false; params.len()];
+    let mut knns = 0;
+    let mut ok = true;
+    let mut stack = vec![plan.clone()];
+    while let Some(node) = stack.pop() {
+        if let Some(knn) = node.downcast_ref::<KnnExec>() {
+            knns += 1;
+            let v: Vec<f64> = knn.query_vector().iter().map(|x| *x as f64).collect();
+            match param_of(&v, params) {
+                Some(i) => seen[i] = true,
+                None => ok = false,
+            }
+            if let Some(p) = &knn.scan_spec().predicate
+                && holds_list(p)
+            {
+                ok = false;
+            }
+            continue;
+        }
+        let allowed = node.downcast_ref::<ProjectionExec>().is_some()
+            || node
+                .downcast_ref::<SortExec>()
+                .is_some_and(|s| s.fetch().is_some())
+            || node.downcast_ref::<SortPreservingMergeExec>().is_some()
+            || node.downcast_ref::<CoalescePartitionsExec>().is_some()
+            || node.downcast_ref::<RepartitionExec>().is_some_and(|r| {
+                !r.preserve_order() && matches!(r.partitioning(), Partitioning::RoundRobinBatch(_))
+            })
+            || node.downcast_ref::<CooperativeExec>().is_some();
+        if !allowed || node.children().len() != 1 {
+            return Ok(false);
+        }
+        node.apply_expressions(&mut |e| {
+            e.apply(|x| {
+                if let Some(l) = x.downcast_ref::<Literal>()
+                    && let Some(values) = list_values(l.value())
+                {
+                    match param_of(&values, params) {
+                        Some(i) => seen[i] = true,
+                        None => ok = false,
+                    }
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })?;
+        stack.push(node.children()[0].clone());
+    }
+    Ok(ok && knns == 1 && seen.iter().all(|s| *s))
+}
+
+fn holds_list(expr: &Arc<dyn PhysicalExpr>) -> bool {
+    let mut found = false;
+    let _ = expr.apply(|x| {
+        if x.downcast_ref::<Literal>()
+            .is_some_and(|l| list_values(l.value()).is_some())
+        {
+            found = true;
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
+}
+
+/// A fresh copy of a [`reusable`] plan for new parameter values (every node rebuilt, so
+/// nothing of an earlier run is shared), or `None` when it cannot be rebuilt.
 pub fn rebind(
     plan: &Arc<dyn ExecutionPlan>,
     old: &[Vec<f64>],
     new: &[Vec<f64>],
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
-    if old.len() != new.len() {
+    if old.len() != new.len() || old.iter().zip(new).any(|(a, b)| a.len() != b.len()) {
         return Ok(None);
     }
     if let Some(knn) = plan.downcast_ref::<KnnExec>() {
@@ -156,27 +245,14 @@ pub fn rebind(
         let vector = new[i].iter().map(|x| *x as f32).collect();
         return Ok(Some(Arc::new(knn.with_vector(vector)?)));
     }
-    let mut children = Vec::new();
-    for child in plan.children() {
-        match rebind(child, old, new)? {
-            Some(c) => children.push(c),
-            None => return Ok(None),
-        }
-    }
-    let map = |e: &Arc<dyn PhysicalExpr>| rebind_expr(e, old, new);
-    if !holds_list_literal(plan)? {
-        return Ok(Some(if children.is_empty() {
-            plan.clone()
-        } else {
-            datafusion::physical_plan::execution_plan::replace_children_if_necessary(
-                plan.clone(),
-                children,
-            )?
-        }));
-    }
+    let children = plan.children();
     let [child] = children.as_slice() else {
         return Ok(None);
     };
+    let Some(child) = rebind(child, old, new)? else {
+        return Ok(None);
+    };
+    let map = |e: &Arc<dyn PhysicalExpr>| rebind_expr(e, old, new);
     if let Some(p) = plan.downcast_ref::<ProjectionExec>() {
         let mut exprs = Vec::with_capacity(p.expr().len());
         for e in p.expr() {
@@ -188,10 +264,7 @@ pub fn rebind(
                 alias: e.alias.clone(),
             });
         }
-        return Ok(Some(Arc::new(ProjectionExec::try_new(
-            exprs,
-            child.clone(),
-        )?)));
+        return Ok(Some(Arc::new(ProjectionExec::try_new(exprs, child)?)));
     }
     if let Some(s) = plan.downcast_ref::<SortExec>() {
         let mut exprs = Vec::with_capacity(s.expr().len());
@@ -204,21 +277,38 @@ pub fn rebind(
         let Some(ordering) = LexOrdering::new(exprs) else {
             return Ok(None);
         };
-        let sort = SortExec::new(ordering, child.clone())
+        let sort = SortExec::new(ordering, child)
             .with_preserve_partitioning(s.preserve_partitioning())
             .with_fetch(s.fetch());
         return Ok(Some(Arc::new(sort)));
     }
-    if let Some(f) = plan.downcast_ref::<FilterExec>()
-        && f.projection().is_none()
-    {
-        let Some(predicate) = map(f.predicate())? else {
+    if let Some(m) = plan.downcast_ref::<SortPreservingMergeExec>() {
+        let mut exprs = Vec::with_capacity(m.expr().len());
+        for e in m.expr().iter() {
+            let Some(expr) = map(&e.expr)? else {
+                return Ok(None);
+            };
+            exprs.push(PhysicalSortExpr::new(expr, e.options));
+        }
+        let Some(ordering) = LexOrdering::new(exprs) else {
             return Ok(None);
         };
-        return Ok(Some(Arc::new(FilterExec::try_new(
-            predicate,
-            child.clone(),
+        let merge = SortPreservingMergeExec::new(ordering, child).with_fetch(m.fetch());
+        return Ok(Some(Arc::new(merge)));
+    }
+    if let Some(c) = plan.downcast_ref::<CoalescePartitionsExec>() {
+        return Ok(Some(Arc::new(
+            CoalescePartitionsExec::new(child).with_fetch(c.fetch()),
+        )));
+    }
+    if let Some(r) = plan.downcast_ref::<RepartitionExec>() {
+        return Ok(Some(Arc::new(RepartitionExec::try_new(
+            child,
+            r.partitioning().clone(),
         )?)));
+    }
+    if plan.downcast_ref::<CooperativeExec>().is_some() {
+        return Ok(Some(Arc::new(CooperativeExec::new(child))));
     }
     Ok(None)
 }

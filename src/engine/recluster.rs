@@ -22,8 +22,9 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 
-use super::cluster_udf::IvfPartition;
+use super::cluster_udf::{IvfPartition, KnownPartitions};
 use super::index_ops;
+use crate::format::manifest::ROW_ADDR;
 use crate::format::{Database, Operation, Snapshot, Transaction, commit};
 use crate::index::segment::PartitionCache;
 use crate::rewrite::live_rows;
@@ -86,7 +87,11 @@ pub async fn compile(
             ));
         };
         let model = cache.model(&snapshot.dir, def).await?;
-        let udf = Arc::new(ScalarUDF::new_from_impl(IvfPartition::bound(model)));
+        let known = Arc::new(known_partitions(snapshot, def, &model, cache).await?);
+        let udf = Arc::new(ScalarUDF::new_from_impl(IvfPartition::bound(
+            model,
+            Some(known),
+        )));
         models.insert(column, udf);
     }
     if !models.is_empty() {
@@ -99,8 +104,9 @@ pub async fn compile(
                             return Ok(Transformed::no(node));
                         };
                         let udf = models[&c.name].clone();
+                        let addr = Expr::Column(datafusion::common::Column::from_name(ROW_ADDR));
                         Ok(Transformed::yes(Expr::ScalarFunction(
-                            ScalarFunction::new_udf(udf, f.args.clone()),
+                            ScalarFunction::new_udf(udf, vec![f.args[0].clone(), addr]),
                         )))
                     }
                     _ => Ok(Transformed::no(node)),
@@ -113,13 +119,16 @@ pub async fn compile(
         .iter()
         .flat_map(|e| e.column_refs().into_iter().map(|c| c.name.clone()))
         .collect();
-    let fields: Vec<Field> = snapshot
+    let mut fields: Vec<Field> = snapshot
         .schema
         .fields()
         .iter()
         .filter(|f| used.contains(f.name()))
         .map(|f| f.as_ref().clone())
         .collect();
+    if used.contains(ROW_ADDR) {
+        fields.push(Field::new(ROW_ADDR, DataType::UInt64, false));
+    }
     let schema = Arc::new(Schema::new(fields));
     let projected = DFSchema::try_from(schema.as_ref().clone())?;
     let exprs = exprs
@@ -127,6 +136,55 @@ pub async fn compile(
         .map(|e| state.create_physical_expr(e, &projected))
         .collect::<Result<_>>()?;
     Ok(CompiledExprs { exprs, schema })
+}
+
+/// The partition the index assigned to each row it holds (and still owns), read from the
+/// segments' address lists (a few bytes per row; the vectors are not read) and translated
+/// through the ledger: those rows need no nearest-centroid search.
+pub(crate) async fn known_partitions(
+    snapshot: &Snapshot,
+    def: &crate::format::index_meta::IndexDef,
+    model: &crate::index::ivf::IvfModel,
+    cache: &PartitionCache,
+) -> Result<KnownPartitions> {
+    let (view, owners) = index_ops::ownerships(snapshot, &def.name, cache).await?;
+    let mut known: KnownPartitions = snapshot
+        .manifest
+        .fragments
+        .iter()
+        .map(|f| (f.id, vec![u32::MAX; f.physical_rows as usize]))
+        .collect();
+    for segment in snapshot.manifest.segments_of(&def.name) {
+        let footer = cache.segment_footer(&snapshot.dir, segment, model).await?;
+        let ranges: Vec<_> = (0..footer.partitions.len())
+            .map(|p| footer.addrs_range(p))
+            .collect();
+        let path = snapshot.dir.path(&segment.file);
+        let bytes = snapshot
+            .dir
+            .store()
+            .get_ranges(&path, &ranges)
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let ownership = &owners[&segment.id];
+        for (p, b) in bytes.iter().enumerate() {
+            let addrs = crate::index::segment::decode_addrs(b);
+            let moved = view
+                .translate(&addrs)
+                .await
+                .map_err(|e| DataFusionError::External(Box::new(e)))?;
+            for addr in moved.into_iter().flatten() {
+                if !ownership.covers(addr) {
+                    continue;
+                }
+                let (f, o) = crate::format::split_row_address(addr);
+                if let Some(slot) = known.get_mut(&f).and_then(|v| v.get_mut(o as usize)) {
+                    *slot = p as u32;
+                }
+            }
+        }
+    }
+    Ok(known)
 }
 
 /// The key a RECLUSTER uses: the one given, else the table's CLUSTER BY key.

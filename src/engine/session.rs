@@ -163,6 +163,11 @@ impl FragvecSession {
         })
     }
 
+    /// How many queries ran on a reused physical plan (see [`super::plan_cache`]).
+    pub fn plans_reused(&self) -> u64 {
+        self.plans.reused()
+    }
+
     /// The DataFusion context, for registering more functions or tables.
     pub fn context(&self) -> &SessionContext {
         &self.ctx
@@ -206,6 +211,13 @@ impl FragvecSession {
     }
 
     pub async fn execute(&self, statement: FragvecStatement) -> Result<StatementResult> {
+        let reads_only = matches!(&statement, FragvecStatement::DataFusion(s)
+            if matches!(s.as_ref(), DFStatement::Explain(_))
+                || matches!(s.as_ref(), DFStatement::Statement(q) if matches!(q.as_ref(), Statement::Query(_))));
+        if !reads_only {
+            // Anything else may change a table or how queries plan.
+            self.plans.clear();
+        }
         if let FragvecStatement::DataFusion(s) = statement {
             return self.execute_datafusion(*s).await;
         }
@@ -416,8 +428,10 @@ impl FragvecSession {
     ) -> Result<StatementResult> {
         let key = format!("{:?}|{statement}", self.options());
         if let Some(cached) = self.plans.get(&key)
+            && self.same_table_state(&cached.plan).await?
             && let Some(plan) = plan_cache::rebind(&cached.plan, &cached.params, &vectors)?
         {
+            self.plans.note_reuse();
             return self.collect_physical(plan).await;
         }
         let plan = self.ctx.state().statement_to_plan(statement).await?;
@@ -428,14 +442,34 @@ impl FragvecSession {
             .await?
             .create_physical_plan()
             .await?;
-        self.plans.put(
-            key,
-            CachedPlan {
-                plan: physical.clone(),
-                params: vectors,
-            },
-        );
+        if plan_cache::reusable(&physical, &vectors)? {
+            // The kept plan is never run itself: each run gets a fresh copy.
+            if let Some(fresh) = plan_cache::rebind(&physical, &vectors, &vectors)? {
+                self.plans.put(
+                    key,
+                    CachedPlan {
+                        plan: physical,
+                        params: vectors,
+                    },
+                );
+                return self.collect_physical(fresh).await;
+            }
+        }
         self.collect_physical(physical).await
+    }
+
+    /// Whether the table a cached plan reads is still the one it was planned for (a table
+    /// dropped and created again reaches the same version numbers).
+    async fn same_table_state(&self, plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
+        let Some(knn) = plan_cache::knn_of(plan) else {
+            return Ok(false);
+        };
+        let planned = &knn.scan_spec().snapshot;
+        let dir = Arc::new(self.database().table(planned.name())?);
+        match dir.snapshot(planned.version()).await {
+            Ok(now) => Ok(Arc::ptr_eq(&now.manifest, &planned.manifest)),
+            Err(_) => Ok(false),
+        }
     }
 
     async fn collect_physical(&self, plan: Arc<dyn ExecutionPlan>) -> Result<StatementResult> {

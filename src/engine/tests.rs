@@ -673,6 +673,7 @@ async fn reused_plans_answer_each_vector_exactly() {
             got.sort_by_key(|(id, d)| (*d, *id));
             indexed.push(got);
         }
+        assert!(s.plans_reused() > 0, "round {round}: no plan was reused");
         s.sql("SET fragvec.exact = true").await.unwrap();
         for (v, got) in vectors.iter().zip(&indexed) {
             let mut want = scan(&s, &query(v)).await;
@@ -685,4 +686,93 @@ async fn reused_plans_answer_each_vector_exactly() {
         // A new version: the next round plans (and caches) again.
         s.sql("DELETE FROM t WHERE id % 10 = 0").await.unwrap();
     }
+}
+
+/// `ivf_partition` reads the partitions the index assigned (for rows it holds) instead of
+/// searching centroids; both must agree, also after rows moved and an in-place update.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn known_ivf_partitions_equal_computed_ones() {
+    use crate::engine::cluster_udf::IvfPartition;
+    use datafusion::logical_expr::{ScalarFunctionArgs, ScalarUDFImpl};
+    use futures::StreamExt;
+    let (_tmp, s) = scratch_session().await;
+    s.sql(
+        "CREATE TABLE t (id BIGINT, v VECTOR(2)) WITH (max_rows_per_fragment = 50); \
+         INSERT INTO t SELECT value, [value * 1.7 % 31, value * 2.3 % 29] FROM generate_series(0, 199); \
+         CREATE VECTOR INDEX i ON t (v) USING IVF_FLAT WITH (num_partitions = 6); \
+         DELETE FROM t WHERE id % 9 = 0; \
+         COMPACT t WITH (target_rows_per_fragment = 120, deletion_threshold = 0.05); \
+         SET fragvec.update_mode = 'rewrite_columns'; \
+         UPDATE t SET v = [30, 0] WHERE id = 7; \
+         INSERT INTO t VALUES (500, [1, 1])",
+    )
+    .await
+    .unwrap();
+    let dir = std::sync::Arc::new(s.database().table("t").unwrap());
+    let snapshot = dir.latest().await.unwrap();
+    let cache = crate::index::segment::PartitionCache::new(1 << 20);
+    let keys = super::recluster::compile(
+        &s.context().state(),
+        &snapshot,
+        &["ivf_partition(v)".to_string()],
+        &cache,
+    )
+    .await
+    .unwrap();
+    assert!(keys.schema.index_of("_rowaddr").is_ok());
+    let model = cache
+        .model(&snapshot.dir, &snapshot.manifest.indexes[0])
+        .await
+        .unwrap();
+    // Rows of fragments the segment still owns come from the index: all but the updated
+    // fragments' (invalidated) and the new row.
+    let known = super::recluster::known_partitions(
+        &snapshot,
+        &snapshot.manifest.indexes[0],
+        &model,
+        &cache,
+    )
+    .await
+    .unwrap();
+    let from_index = known.values().flatten().filter(|p| **p != u32::MAX).count();
+    assert!(from_index > 0, "no partition came from the index");
+    let computed = IvfPartition::bound(model, None);
+    let mut compared = 0;
+    for f in &snapshot.manifest.fragments {
+        let deleted = std::sync::Arc::new(snapshot.dir.read_deletions(f).await.unwrap());
+        let mut rows = crate::rewrite::live_rows(&snapshot, f, deleted, keys.schema.clone());
+        while let Some(batch) = rows.next().await {
+            let batch = batch.unwrap();
+            let known = keys.exprs[0]
+                .evaluate(&batch)
+                .unwrap()
+                .into_array(batch.num_rows())
+                .unwrap();
+            let v = batch.column(keys.schema.index_of("v").unwrap()).clone();
+            let field = std::sync::Arc::new(datafusion::arrow::datatypes::Field::new(
+                "v",
+                v.data_type().clone(),
+                true,
+            ));
+            let args = ScalarFunctionArgs {
+                args: vec![datafusion::logical_expr::ColumnarValue::Array(v)],
+                arg_fields: vec![field],
+                number_rows: batch.num_rows(),
+                return_field: std::sync::Arc::new(datafusion::arrow::datatypes::Field::new(
+                    "p",
+                    datafusion::arrow::datatypes::DataType::UInt32,
+                    true,
+                )),
+                config_options: std::sync::Arc::new(Default::default()),
+            };
+            let fresh = computed
+                .invoke_with_args(args)
+                .unwrap()
+                .to_array(batch.num_rows())
+                .unwrap();
+            assert_eq!(known.as_ref(), fresh.as_ref());
+            compared += batch.num_rows();
+        }
+    }
+    assert_eq!(compared, 200 - 23 + 1);
 }

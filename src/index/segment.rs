@@ -66,6 +66,20 @@ impl Footer {
         let (offset, rows) = self.partitions[p];
         offset..offset + rows * (8 + self.row_width as u64)
     }
+
+    /// Where partition `p`'s row addresses are (they come first in the partition).
+    pub fn addrs_range(&self, p: usize) -> Range<u64> {
+        let (offset, rows) = self.partitions[p];
+        offset..offset + rows * 8
+    }
+}
+
+/// Decodes a partition's address bytes (see [`Footer::addrs_range`]).
+pub fn decode_addrs(bytes: &[u8]) -> Vec<u64> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8")))
+        .collect()
 }
 
 /// Encodes partitions (flat vectors when `pq_width == 0`, else PQ codes of that width).

@@ -54,20 +54,46 @@ impl From<RewriteError> for datafusion::error::DataFusionError {
 
 pub type Result<T> = std::result::Result<T, RewriteError>;
 
-/// The live rows of one fragment (columns of `schema`), in offset order.
+/// The live rows of one fragment (columns of `schema`), in offset order. A `_rowaddr` field
+/// in `schema` is filled with the rows' addresses.
 pub(crate) fn live_rows(
     snapshot: &Snapshot,
     fragment: &Fragment,
     deleted: Arc<RoaringBitmap>,
     schema: SchemaRef,
 ) -> BoxStream<'static, crate::format::Result<RecordBatch>> {
+    use crate::format::manifest::ROW_ADDR;
+    let addr_at = schema.index_of(ROW_ADDR).ok();
+    let stored = match addr_at {
+        None => schema.clone(),
+        Some(_) => Arc::new(datafusion::arrow::datatypes::Schema::new(
+            schema
+                .fields()
+                .iter()
+                .filter(|f| f.name() != ROW_ADDR)
+                .cloned()
+                .collect::<Vec<_>>(),
+        )),
+    };
+    let id = fragment.id;
     let mut offset = 0u32;
-    read_fragment(snapshot.dir.clone(), fragment, schema, READ_BATCH_ROWS)
+    read_fragment(snapshot.dir.clone(), fragment, stored, READ_BATCH_ROWS)
         .map(move |batch| {
             let batch = batch?;
             let n = batch.num_rows() as u32;
             let start = offset;
             offset += n;
+            let batch = match addr_at {
+                None => batch,
+                Some(at) => {
+                    let addrs = datafusion::arrow::array::UInt64Array::from_iter_values(
+                        (start..start + n).map(|o| crate::format::row_address(id, o as u64)),
+                    );
+                    let mut columns = batch.columns().to_vec();
+                    columns.insert(at, Arc::new(addrs));
+                    RecordBatch::try_new(schema.clone(), columns)?
+                }
+            };
             if deleted.range_cardinality(start..start + n) == 0 {
                 return Ok(batch);
             }

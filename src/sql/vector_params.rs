@@ -89,6 +89,10 @@ struct Extract {
     values: Vec<Vec<f64>>,
 }
 
+fn is_column(e: &Expr) -> bool {
+    matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_))
+}
+
 impl VisitorMut for Extract {
     type Break = ();
 
@@ -102,13 +106,32 @@ impl VisitorMut for Extract {
         let FunctionArguments::List(list) = &mut f.args else {
             return ControlFlow::Continue(());
         };
-        for arg in list.args.iter_mut() {
-            if let FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) = arg
-                && let Some(values) = numeric_array(e)
-            {
-                self.values.push(values);
-                *e = Expr::value(Value::Placeholder(format!("${}", self.values.len())));
-            }
+        // Only `distance(column, [literal])` (either order): a call of two literals would be
+        // folded into a constant that no longer shows its parameters.
+        let [
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(a)),
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(b)),
+        ] = list.args.as_mut_slice()
+        else {
+            return ControlFlow::Continue(());
+        };
+        let e = if is_column(a) {
+            b
+        } else if is_column(b) {
+            a
+        } else {
+            return ControlFlow::Continue(());
+        };
+        if let Some(values) = numeric_array(e) {
+            // The same vector twice (projected and ordered by) is one parameter.
+            let n = match self.values.iter().position(|v| *v == values) {
+                Some(i) => i + 1,
+                None => {
+                    self.values.push(values);
+                    self.values.len()
+                }
+            };
+            *e = Expr::value(Value::Placeholder(format!("${n}")));
         }
         ControlFlow::Continue(())
     }
@@ -117,15 +140,42 @@ impl VisitorMut for Extract {
 /// Replaces the vector literals of distance calls in a plain query by placeholders and
 /// returns their values in placeholder order (empty: the statement was left as it was).
 pub fn extract_vector_literals(statement: &mut Statement) -> Vec<Vec<f64>> {
-    if !matches!(statement, Statement::Query(_))
+    if !is_plain_select(statement)
         || has_placeholder(statement)
         || projects_literal_unaliased(statement)
     {
         return vec![];
     }
+    let mut changed = statement.clone();
     let mut extract = Extract { values: vec![] };
-    let _ = statement.visit(&mut extract);
+    let _ = changed.visit(&mut extract);
+    // Every long vector literal must have become a parameter; otherwise plan as written (a
+    // literal left in place could be mistaken for a parameter of equal value).
+    let residual = visit_expressions(&changed, |e| match numeric_array(e) {
+        Some(_) => ControlFlow::Break(()),
+        None => ControlFlow::Continue(()),
+    })
+    .is_break();
+    if residual || extract.values.is_empty() {
+        return vec![];
+    }
+    *statement = changed;
     extract.values
+}
+
+/// `SELECT ... FROM <tables> ...` without CTEs, set operations or derived tables.
+fn is_plain_select(statement: &Statement) -> bool {
+    use datafusion::sql::sqlparser::ast::TableFactor;
+    let Statement::Query(q) = statement else {
+        return false;
+    };
+    let SetExpr::Select(select) = q.body.as_ref() else {
+        return false;
+    };
+    q.with.is_none()
+        && select.from.iter().all(|t| {
+            t.joins.is_empty() && matches!(t.relation, TableFactor::Table { args: None, .. })
+        })
 }
 
 #[cfg(test)]
@@ -149,12 +199,12 @@ mod tests {
         let mut s = statement(&format!(
             "SELECT id, l2_distance(emb, {v}) AS d FROM t WHERE id > 3 ORDER BY l2_distance(emb, {v}) LIMIT 3"
         ));
+        // The same vector twice is one parameter.
         let values = extract_vector_literals(&mut s);
-        assert_eq!(values.len(), 2);
-        assert_eq!(values[0], vec![1.0, -2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+        assert_eq!(values, vec![vec![1.0, -2.5, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]]);
         let text = s.to_string();
         assert!(
-            text.contains("l2_distance(emb, $1) AS d") && text.contains("l2_distance(emb, $2)"),
+            text.contains("l2_distance(emb, $1) AS d") && text.contains("BY l2_distance(emb, $1)"),
             "{text}"
         );
     }
@@ -169,6 +219,11 @@ mod tests {
             "SELECT id FROM t ORDER BY l2_distance(emb, [1, 2, 3, 4, 5, 6, 7, x]) LIMIT 3"
                 .to_string(),
             format!("SELECT array_length({v}) AS n"),
+            format!("SELECT l2_distance({v}, {v}) AS d"),
+            format!("SELECT id FROM (SELECT * FROM t) ORDER BY l2_distance(emb, {v}) LIMIT 3"),
+            format!(
+                "SELECT id FROM t WHERE array_length({v}) > 0 ORDER BY l2_distance(emb, {v}) LIMIT 3"
+            ),
         ] {
             let mut s = statement(&sql);
             let before = s.to_string();
