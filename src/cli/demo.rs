@@ -96,6 +96,32 @@ const TOUR: &[(&str, &str)] = &[
         "SELECT index, segment_id, rows, fragment_bitmap, invalidated_fragments \
          FROM fragvec_segments('demo_items')",
     ),
+    (
+        "Compact the small fragments in place; the segments are not rebuilt, the ledger records \
+         where rows moved",
+        "COMPACT demo_items WITH (target_rows_per_fragment = 8000)",
+    ),
+    (
+        "",
+        "SELECT transition_id, kind, sources, destinations, rows_moved FROM fragvec_ledger('demo_items')",
+    ),
+    (
+        "How scattered the IVF partitions are over the fragments",
+        "SELECT * FROM recluster_information('demo_items', 'ivf_partition(emb)')",
+    ),
+    (
+        "Recluster by IVF partition (a stable partition recorded in a row map; index kept)",
+        "RECLUSTER demo_items BY (ivf_partition(emb)) WITH (destinations = 4)",
+    ),
+    (
+        "",
+        "SELECT * FROM recluster_information('demo_items', 'ivf_partition(emb)')",
+    ),
+    (
+        "The same nearest neighbours, through the translated segments",
+        "SELECT id, category, l2_distance(emb, [1, 0, 1, 0]) AS d FROM demo_items \
+         ORDER BY d LIMIT 5",
+    ),
 ];
 
 pub async fn run(session: &FragvecSession, format: Format) -> Result<(), String> {
