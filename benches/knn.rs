@@ -4,29 +4,22 @@
 //! `cargo bench --bench knn` (release). 200K × 128 by default (`FRAGVEC_BENCH_ROWS`), 256
 //! Gaussian blobs, fixed seed; 200 queries near the data.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use datafusion::arrow::array::{
-    AsArray, FixedSizeListArray, Float32Array, Int64Array, RecordBatch,
-};
-use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
-use datafusion::datasource::MemTable;
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::datatypes::Int64Type;
 use datafusion::error::Result;
 use datafusion::prelude::SessionContext;
 use fragvec::index::distance::l2_squared;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 
 const DIM: usize = 128;
 const BLOBS: usize = 256;
 const K: usize = 10;
 const QUERIES: usize = 200;
-
-fn gaussian(rng: &mut impl Rng) -> f32 {
-    // Box-Muller.
-    let (u, v): (f32, f32) = (rng.random::<f32>().max(1e-9), rng.random());
-    (-2.0 * u.ln()).sqrt() * (2.0 * std::f32::consts::PI * v).cos()
-}
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
@@ -47,11 +40,6 @@ fn brute_force(data: &[f32], q: &[f32], keep: impl Fn(usize) -> bool) -> Vec<i64
     scored.select_nth_unstable_by(k - 1, |a, b| a.0.total_cmp(&b.0));
     scored.truncate(k);
     scored.into_iter().map(|(_, i)| i as i64).collect()
-}
-
-fn literal(q: &[f32]) -> String {
-    let parts: Vec<String> = q.iter().map(|x| format!("{x:.6}")).collect();
-    format!("[{}]", parts.join(", "))
 }
 
 async fn ids(session: &fragvec::FragvecSession, sql: &str) -> Result<(Vec<i64>, Duration)> {
@@ -83,49 +71,12 @@ async fn main() -> Result<()> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200_000);
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-    let centers: Vec<f32> = (0..BLOBS * DIM)
-        .map(|_| rng.random::<f32>() * 10.0)
-        .collect();
-    let mut data = Vec::with_capacity(rows * DIM);
-    for _ in 0..rows {
-        let b = rng.random_range(0..BLOBS);
-        for d in 0..DIM {
-            data.push(centers[b * DIM + d] + gaussian(&mut rng));
-        }
-    }
-    let queries: Vec<Vec<f32>> = (0..QUERIES)
-        .map(|_| {
-            let i = rng.random_range(0..rows);
-            data[i * DIM..(i + 1) * DIM]
-                .iter()
-                .map(|x| x + 0.5 * gaussian(&mut rng))
-                .collect()
-        })
-        .collect();
+    let (data, queries) = common::clustered(&mut rng, rows, DIM, BLOBS, QUERIES);
 
     let tmp = tempfile::tempdir()?;
     let ctx = SessionContext::new();
-    let item = Arc::new(Field::new_list_field(DataType::Float32, true));
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new(
-            "emb",
-            DataType::FixedSizeList(item.clone(), DIM as i32),
-            true,
-        ),
-    ]));
-    let mut batches = Vec::new();
-    for start in (0..rows).step_by(8192) {
-        let n = 8192.min(rows - start);
-        let ids = Int64Array::from_iter_values(start as i64..(start + n) as i64);
-        let values = Float32Array::from(data[start * DIM..(start + n) * DIM].to_vec());
-        let emb = FixedSizeListArray::new(item.clone(), DIM as i32, Arc::new(values), None);
-        batches.push(RecordBatch::try_new(
-            schema.clone(),
-            vec![Arc::new(ids), Arc::new(emb)],
-        )?);
-    }
-    ctx.register_table("src", Arc::new(MemTable::try_new(schema, vec![batches])?))?;
+    let (src, _) = common::vector_table(&data, DIM, 8192)?;
+    ctx.register_table("src", Arc::new(src))?;
     let session = fragvec::register(&ctx, tmp.path().join("db").to_str().unwrap()).await?;
     session.sql(&format!("CREATE TABLE t (id BIGINT NOT NULL, emb VECTOR({DIM})); INSERT INTO t SELECT * FROM src")).await?;
     let t = Instant::now();
@@ -160,7 +111,7 @@ async fn main() -> Result<()> {
             for (i, q) in queries.iter().enumerate() {
                 let sql = format!(
                     "SELECT id FROM t {filter} ORDER BY l2_distance(emb, {}) LIMIT {K}",
-                    literal(q)
+                    common::literal(q)
                 );
                 let (found, d) = ids(&session, &sql).await?;
                 let expected = if filter.is_empty() {
@@ -226,7 +177,7 @@ async fn main() -> Result<()> {
     for q in &queries {
         let sql = format!(
             "EXPLAIN SELECT id FROM t ORDER BY l2_distance(emb, {}) LIMIT {K}",
-            literal(q)
+            common::literal(q)
         );
         let t = Instant::now();
         session.sql_one(&sql).await?;

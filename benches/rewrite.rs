@@ -5,15 +5,14 @@
 //! `cargo bench --bench rewrite` (release). Sizes: `FRAGVEC_BENCH_COMPACT_ROWS` (10M rows in
 //! 1000 fragments), `FRAGVEC_BENCH_ROWS` (200K × 128 vectors for the KNN parts).
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{
-    AsArray, FixedSizeListArray, Float32Array, Int64Array, RecordBatch,
-};
+use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
-use datafusion::datasource::MemTable;
 use datafusion::error::Result;
 use datafusion::prelude::SessionContext;
 use fragvec::format::manifest::TableProperties;
@@ -218,16 +217,6 @@ fn file_map(rng: &mut impl Rng) -> (Vec<u8>, Transition) {
     (bytes, t)
 }
 
-fn gaussian(rng: &mut impl Rng) -> f32 {
-    let (u, v): (f32, f32) = (rng.random::<f32>().max(1e-9), rng.random());
-    (-2.0 * u.ln()).sqrt() * (2.0 * std::f32::consts::PI * v).cos()
-}
-
-fn literal(q: &[f32]) -> String {
-    let parts: Vec<String> = q.iter().map(|x| format!("{x:.6}")).collect();
-    format!("[{}]", parts.join(", "))
-}
-
 fn p50(mut lat: Vec<Duration>) -> f64 {
     lat.sort();
     lat[lat.len() / 2].as_secs_f64() * 1e3
@@ -248,7 +237,7 @@ async fn knn(
     for q in queries {
         let sql = format!(
             "SELECT id FROM t ORDER BY l2_distance(emb, {}) LIMIT {K}",
-            literal(q)
+            common::literal(q)
         );
         session.sql_one(&sql).await?;
     }
@@ -257,7 +246,7 @@ async fn knn(
     for (q, t) in queries.iter().zip(truth) {
         let sql = format!(
             "SELECT id FROM t ORDER BY l2_distance(emb, {}) LIMIT {K}",
-            literal(q)
+            common::literal(q)
         );
         let start = Instant::now();
         let r = session.sql_one(&sql).await?;
@@ -277,7 +266,7 @@ async fn knn(
     for q in queries.iter().take(20) {
         let sql = format!(
             "EXPLAIN ANALYZE SELECT id FROM t ORDER BY l2_distance(emb, {}) LIMIT {K}",
-            literal(q)
+            common::literal(q)
         );
         let r = session.sql_one(&sql).await?;
         let text = datafusion::arrow::util::pretty::pretty_format_batches(&r.batches)?.to_string();
@@ -406,25 +395,7 @@ async fn main() -> Result<()> {
 
     // --- KNN on translated segments vs a rebuilt index; RECLUSTER vs RECLUSTER + rebuild ------
     let n = env("FRAGVEC_BENCH_ROWS", 200_000);
-    let centers: Vec<f32> = (0..BLOBS * DIM)
-        .map(|_| rng.random::<f32>() * 10.0)
-        .collect();
-    let mut data = Vec::with_capacity(n * DIM);
-    for _ in 0..n {
-        let b = rng.random_range(0..BLOBS);
-        for d in 0..DIM {
-            data.push(centers[b * DIM + d] + gaussian(&mut rng));
-        }
-    }
-    let queries: Vec<Vec<f32>> = (0..QUERIES)
-        .map(|_| {
-            let i = rng.random_range(0..n);
-            data[i * DIM..(i + 1) * DIM]
-                .iter()
-                .map(|x| x + 0.5 * gaussian(&mut rng))
-                .collect()
-        })
-        .collect();
+    let (data, queries) = common::clustered(&mut rng, n, DIM, BLOBS, QUERIES);
     let truth: Vec<Vec<i64>> = queries
         .iter()
         .map(|q| {
@@ -439,28 +410,8 @@ async fn main() -> Result<()> {
         })
         .collect();
     let ctx = SessionContext::new();
-    let item = Arc::new(Field::new_list_field(DataType::Float32, true));
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new(
-            "emb",
-            DataType::FixedSizeList(item.clone(), DIM as i32),
-            true,
-        ),
-    ]));
-    let mut batches = Vec::new();
-    for start in (0..n).step_by(1000) {
-        let m = 1000.min(n - start);
-        let ids = Int64Array::from_iter_values(start as i64..(start + m) as i64);
-        let values = Float32Array::from(data[start * DIM..(start + m) * DIM].to_vec());
-        let emb = FixedSizeListArray::new(item.clone(), DIM as i32, Arc::new(values), None);
-        batches.push(RecordBatch::try_new(
-            schema.clone(),
-            vec![Arc::new(ids), Arc::new(emb)],
-        )?);
-    }
-    let fragments = batches.len();
-    ctx.register_table("src", Arc::new(MemTable::try_new(schema, vec![batches])?))?;
+    let (src, fragments) = common::vector_table(&data, DIM, 1000)?;
+    ctx.register_table("src", Arc::new(src))?;
     let session = fragvec::register(&ctx, tmp.path().join("k").to_str().unwrap()).await?;
     session
         .sql(&format!(

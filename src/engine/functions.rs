@@ -142,11 +142,11 @@ impl TableFunctionImpl for Introspect {
             }
         };
         self.db.table(&table)?;
-        Ok(Arc::new(IntrospectTable {
+        Ok(Arc::new(ComputedTable(IntrospectTable {
             db: self.db.clone(),
             kind: self.kind,
             table,
-        }))
+        })))
     }
 }
 
@@ -359,10 +359,22 @@ impl IntrospectTable {
     }
 }
 
+/// A table function's result: one batch, computed when the query runs (not when it is
+/// planned: that keeps EXPLAIN cheap and the data current).
 #[async_trait]
-impl TableProvider for IntrospectTable {
+pub(crate) trait ComputedBatch: std::fmt::Debug + Send + Sync + 'static {
+    fn schema(&self) -> SchemaRef;
+    async fn compute(&self) -> Result<RecordBatch>;
+}
+
+/// The table provider of a [`ComputedBatch`].
+#[derive(Debug)]
+pub(crate) struct ComputedTable<T>(pub T);
+
+#[async_trait]
+impl<T: ComputedBatch> TableProvider for ComputedTable<T> {
     fn schema(&self) -> SchemaRef {
-        self.kind.schema()
+        self.0.schema()
     }
 
     fn table_type(&self) -> TableType {
@@ -376,11 +388,20 @@ impl TableProvider for IntrospectTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        // The plan is built when the query is planned; reading the manifests here (not at
-        // planning time of the function call) keeps EXPLAIN cheap and the data current.
-        let batch = self.batch().await?;
-        MemTable::try_new(self.kind.schema(), vec![vec![batch]])?
+        let batch = self.0.compute().await?;
+        MemTable::try_new(self.0.schema(), vec![vec![batch]])?
             .scan(state, projection, filters, limit)
             .await
+    }
+}
+
+#[async_trait]
+impl ComputedBatch for IntrospectTable {
+    fn schema(&self) -> SchemaRef {
+        self.kind.schema()
+    }
+
+    async fn compute(&self) -> Result<RecordBatch> {
+        Ok(self.batch().await?)
     }
 }

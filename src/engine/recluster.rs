@@ -11,18 +11,18 @@ use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, Float64Array, RecordBatch, StringArray, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
-use datafusion::catalog::{MemTable, Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
+use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{DFSchema, DataFusionError, Result, ScalarValue};
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::expr::ScalarFunction;
-use datafusion::logical_expr::{Expr, ScalarUDF, TableType};
+use datafusion::logical_expr::{Expr, ScalarUDF};
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 
 use super::cluster_udf::{IvfPartition, KnownPartitions};
+use super::functions::{ComputedBatch, ComputedTable};
 use super::index_ops;
 use crate::format::manifest::ROW_ADDR;
 use crate::format::{Database, Operation, Snapshot, Transaction, commit};
@@ -396,11 +396,11 @@ impl TableFunctionImpl for ReclusterInformation {
             return plan_err("recluster_information: the key must be a string");
         };
         self.db.table(&table)?;
-        Ok(Arc::new(InfoTable {
+        Ok(Arc::new(ComputedTable(InfoTable {
             db: self.db.clone(),
             table,
             key,
-        }))
+        })))
     }
 }
 
@@ -423,22 +423,12 @@ fn info_schema() -> SchemaRef {
 }
 
 #[async_trait]
-impl TableProvider for InfoTable {
+impl ComputedBatch for InfoTable {
     fn schema(&self) -> SchemaRef {
         info_schema()
     }
 
-    fn table_type(&self) -> TableType {
-        TableType::Temporary
-    }
-
-    async fn scan(
-        &self,
-        state: &dyn Session,
-        projection: Option<&Vec<usize>>,
-        filters: &[Expr],
-        limit: Option<usize>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
+    async fn compute(&self) -> Result<RecordBatch> {
         let snapshot = index_ops::latest(&self.db, &self.table).await?;
         let keys = match &self.key {
             Some(k) => vec![k.clone()],
@@ -450,7 +440,7 @@ impl TableProvider for InfoTable {
         super::cluster_udf::register(&ctx);
         let cache = PartitionCache::new(0);
         let info = clustering_info(&ctx.state(), &snapshot, &keys, &cache).await?;
-        let batch = RecordBatch::try_new(
+        Ok(RecordBatch::try_new(
             info_schema(),
             vec![
                 Arc::new(UInt64Array::from(vec![info.fragments])),
@@ -460,8 +450,6 @@ impl TableProvider for InfoTable {
                 Arc::new(Float64Array::from(vec![info.average_depth])),
                 Arc::new(UInt64Array::from(vec![info.max_depth])),
             ],
-        )?;
-        let mem = MemTable::try_new(info_schema(), vec![vec![batch]])?;
-        mem.scan(state, projection, filters, limit).await
+        )?)
     }
 }

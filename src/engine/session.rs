@@ -38,7 +38,7 @@ use super::recluster;
 use super::types;
 use super::udf;
 use super::write::{append_streams, count_schema};
-use crate::format::{self, Database, FormatError, Operation, TableProperties};
+use crate::format::{self, Database, FormatError, Operation, Snapshot, TableProperties};
 use crate::sql::finder::{self, DmlTarget, Finder, TargetColumn};
 use crate::sql::vector_params;
 use crate::sql::{FragvecStatement, knn_call, parse_statements, pin};
@@ -235,53 +235,14 @@ impl FragvecSession {
     }
 
     /// Runs one of fragvec's own statements once, on the latest version.
-    async fn own_statement(&self, statement: &FragvecStatement) -> Result<StatementResult> {
-        let one_row = |batch: RecordBatch| StatementResult::rows(batch.schema(), vec![batch]);
-        match statement {
-            FragvecStatement::Compact { table, options } => {
-                let snapshot = index_ops::latest(self.database(), table).await?;
-                let batch = maintenance::run_compact(&snapshot, options).await?;
-                Ok(one_row(batch))
-            }
-            FragvecStatement::Vacuum {
-                table,
-                retain_versions,
-            } => {
-                let snapshot = index_ops::latest(self.database(), table).await?;
-                let grace = std::time::Duration::from_secs(self.options().vacuum_grace_seconds);
-                let batch = maintenance::run_vacuum(&snapshot, *retain_versions, grace).await?;
-                Ok(one_row(batch))
-            }
-            FragvecStatement::Recluster {
-                table,
-                keys,
-                options,
-                filter,
-            } => {
-                let snapshot = index_ops::latest(self.database(), table).await?;
-                let batch = recluster::run_recluster(
-                    &self.ctx.state(),
-                    &snapshot,
-                    keys,
-                    options,
-                    filter.as_deref(),
-                    self.schema.index_cache(),
-                )
-                .await?;
-                Ok(one_row(batch))
-            }
-            other => StatementResult::count(self.index_statement(other).await?),
-        }
+    async fn latest_snapshot(&self, table: &str) -> Result<Snapshot> {
+        index_ops::latest(self.database(), table).await
     }
 
-    async fn index_statement(&self, statement: &FragvecStatement) -> Result<u64> {
+    async fn own_statement(&self, statement: &FragvecStatement) -> Result<StatementResult> {
+        let one_row = |batch: RecordBatch| StatementResult::rows(batch.schema(), vec![batch]);
         let cache = self.schema.index_cache();
         match statement {
-            FragvecStatement::Compact { .. }
-            | FragvecStatement::Vacuum { .. }
-            | FragvecStatement::Recluster { .. } => {
-                unreachable!("handled by own_statement")
-            }
             FragvecStatement::DataFusion(_) => unreachable!("handled by execute"),
             FragvecStatement::CreateVectorIndex {
                 name,
@@ -289,26 +250,64 @@ impl FragvecSession {
                 column,
                 kind,
                 options,
-            } => {
-                let snapshot = index_ops::latest(self.database(), table).await?;
-                index_ops::create(snapshot, name, column, kind, options).await
-            }
+            } => StatementResult::count(
+                index_ops::create(
+                    self.latest_snapshot(table).await?,
+                    name,
+                    column,
+                    kind,
+                    options,
+                )
+                .await?,
+            ),
             FragvecStatement::DropIndex {
                 name,
                 table,
                 if_exists,
-            } => {
-                let snapshot = index_ops::latest(self.database(), table).await?;
-                index_ops::drop(snapshot, name, *if_exists).await
-            }
+            } => StatementResult::count(
+                index_ops::drop(self.latest_snapshot(table).await?, name, *if_exists).await?,
+            ),
             FragvecStatement::OptimizeIndex {
                 name,
                 table,
                 action,
+            } => StatementResult::count(
+                index_ops::optimize(self.latest_snapshot(table).await?, name, *action, cache)
+                    .await?,
+            ),
+            FragvecStatement::Compact { table, options } => Ok(one_row(
+                maintenance::run_compact(&self.latest_snapshot(table).await?, options).await?,
+            )),
+            FragvecStatement::Vacuum {
+                table,
+                retain_versions,
             } => {
-                let snapshot = index_ops::latest(self.database(), table).await?;
-                index_ops::optimize(snapshot, name, *action, cache).await
+                let grace = std::time::Duration::from_secs(self.options().vacuum_grace_seconds);
+                Ok(one_row(
+                    maintenance::run_vacuum(
+                        &self.latest_snapshot(table).await?,
+                        *retain_versions,
+                        grace,
+                    )
+                    .await?,
+                ))
             }
+            FragvecStatement::Recluster {
+                table,
+                keys,
+                options,
+                filter,
+            } => Ok(one_row(
+                recluster::run_recluster(
+                    &self.ctx.state(),
+                    &self.latest_snapshot(table).await?,
+                    keys,
+                    options,
+                    filter.as_deref(),
+                    cache,
+                )
+                .await?,
+            )),
         }
     }
 
@@ -378,13 +377,6 @@ impl FragvecSession {
         // EXTERNAL TABLE, DROP, views) may, so the list SHOW TABLES uses is refreshed after.
         let changes_tables = !matches!(&statement, DFStatement::Statement(s)
             if matches!(s.as_ref(), Statement::Query(_) | Statement::Insert(_)));
-        let statement_kind = match &statement {
-            DFStatement::Statement(s) if matches!(s.as_ref(), Statement::Query(_)) => {
-                StatementKind::Query
-            }
-            DFStatement::Explain(_) => StatementKind::Query,
-            _ => StatementKind::Other,
-        };
         let statement = self
             .pin(statement, pin::mentions_virtual_columns(&text))
             .await?;
@@ -408,10 +400,6 @@ impl FragvecSession {
             }
             self.execute_plan(None, plan).await
         };
-        if !matches!(&statement_kind, StatementKind::Query) {
-            // A SET or DDL may change how queries plan.
-            self.plans.clear();
-        }
         if result.is_ok() && changes_tables {
             self.schema.refresh().await?;
         }
@@ -574,7 +562,7 @@ impl FragvecSession {
         let retries = self.options().commit_retries;
         let mut attempt = 0;
         loop {
-            let snapshot = index_ops::latest(self.database(), &table).await?;
+            let snapshot = self.latest_snapshot(&table).await?;
             match recluster::set_cluster_key(
                 &self.ctx.state(),
                 &snapshot,
@@ -743,7 +731,7 @@ impl FragvecSession {
         if self.schema.is_session_table(&target.table) {
             return Ok(None);
         }
-        let snapshot = index_ops::latest(self.database(), &target.table).await?;
+        let snapshot = self.latest_snapshot(&target.table).await?;
         let relation = RelationName {
             table: target.table.clone(),
             version: Some(snapshot.version()),
@@ -946,10 +934,4 @@ fn vector_params_values(vectors: Vec<Vec<f64>>) -> Vec<ScalarValue> {
             ScalarValue::List(Arc::new(list))
         })
         .collect()
-}
-
-/// Whether a statement only reads (queries and EXPLAIN) or may change how queries plan.
-enum StatementKind {
-    Query,
-    Other,
 }

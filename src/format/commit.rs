@@ -311,6 +311,16 @@ pub fn apply(
         timestamp_ms: now_ms(),
         tag,
     };
+    // Fragments whose rows each segment holds: the ones its file names and those the ledger
+    // says their rows went to. Computed once, and only when an in-place rewrite needs it.
+    let held: Vec<BTreeSet<u64>> = if txn.column_rewrites.is_empty() {
+        vec![]
+    } else {
+        next.index_segments
+            .iter()
+            .map(|seg| descendants(&latest.reuse_ledger, &seg.fragment_bitmap))
+            .collect()
+    };
     for frag in next.fragments.iter_mut() {
         if let Some(file) = deletion_files.get(&frag.id) {
             frag.deletion = Some(file.clone());
@@ -318,20 +328,15 @@ pub fn apply(
         if let Some(file) = txn.column_rewrites.get(&frag.id) {
             // Segments holding this fragment's old values of an indexed column become stale
             // for it: record that, so their ownership excludes it from now on.
-            // A segment holds it when its file names the fragment or one the ledger says
-            // the fragment's rows came from.
-            for index in next
+            let indexed: BTreeSet<&str> = next
                 .indexes
                 .iter()
                 .filter(|i| file.columns.contains(&i.column))
-            {
-                for seg in next.index_segments.iter_mut() {
-                    if seg.index == index.name
-                        && descendants(&latest.reuse_ledger, &seg.fragment_bitmap)
-                            .contains(&frag.id)
-                    {
-                        seg.invalidated_fragments.insert(frag.id);
-                    }
+                .map(|i| i.name.as_str())
+                .collect();
+            for (seg, held) in next.index_segments.iter_mut().zip(&held) {
+                if indexed.contains(seg.index.as_str()) && held.contains(&frag.id) {
+                    seg.invalidated_fragments.insert(frag.id);
                 }
             }
             for old in frag.files.iter_mut() {

@@ -14,7 +14,7 @@ use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use futures::TryStreamExt;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use roaring::RoaringBitmap;
 
 use super::deletion;
@@ -296,6 +296,12 @@ impl TableDir {
     /// upwards (versions are consecutive and manifests immutable); without one, or when that
     /// manifest is gone (the table was dropped or vacuumed), it lists the manifests.
     pub async fn latest_version(&self) -> Result<Option<u64>> {
+        Ok(self.latest_head().await?.map(|(v, _)| v))
+    }
+
+    /// The newest version and, when probing found it, its manifest's metadata (so the
+    /// snapshot need not ask for it again).
+    async fn latest_head(&self) -> Result<Option<(u64, Option<ObjectMeta>)>> {
         let seen = self
             .latest_seen
             .lock()
@@ -303,16 +309,20 @@ impl TableDir {
             .get(&self.name)
             .copied();
         let latest = match seen {
-            Some(v) if self.manifest_exists(v).await? => {
-                let mut v = v;
-                while self.manifest_exists(v + 1).await? {
-                    v += 1;
+            Some(v) => match self.manifest_head(v).await? {
+                Some(mut meta) => {
+                    let mut v = v;
+                    while let Some(next) = self.manifest_head(v + 1).await? {
+                        v += 1;
+                        meta = next;
+                    }
+                    Some((v, Some(meta)))
                 }
-                Some(v)
-            }
-            _ => self.versions().await?.last().copied(),
+                None => self.versions().await?.last().map(|v| (*v, None)),
+            },
+            None => self.versions().await?.last().map(|v| (*v, None)),
         };
-        self.note_latest(latest);
+        self.note_latest(latest.as_ref().map(|(v, _)| *v));
         Ok(latest)
     }
 
@@ -328,11 +338,11 @@ impl TableDir {
         }
     }
 
-    async fn manifest_exists(&self, version: u64) -> Result<bool> {
+    async fn manifest_head(&self, version: u64) -> Result<Option<ObjectMeta>> {
         let path = self.manifest_path(version);
         match self.store.head(&path).await {
-            Ok(_) => Ok(true),
-            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Ok(meta) => Ok(Some(meta)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(FormatError::store(&path, e)),
         }
     }
@@ -363,23 +373,26 @@ impl TableDir {
     }
 
     pub async fn snapshot(self: &Arc<Self>, version: u64) -> Result<Snapshot> {
-        Snapshot::new(self.clone(), self.cached_manifest(version).await?)
+        Snapshot::new(self.clone(), self.cached_manifest(version, None).await?)
     }
 
     /// A manifest from the database's cache of decoded manifests, checked against the file's
     /// identity with one metadata request.
-    async fn cached_manifest(&self, version: u64) -> Result<Arc<Manifest>> {
-        let path = self.manifest_path(version);
-        let meta = match self.store.head(&path).await {
-            Ok(m) => m,
-            Err(object_store::Error::NotFound { .. }) => {
-                return Err(FormatError::VersionNotFound {
-                    table: self.name.clone(),
-                    version,
-                });
-            }
-            Err(e) => return Err(FormatError::store(&path, e)),
-        };
+    async fn cached_manifest(
+        &self,
+        version: u64,
+        meta: Option<ObjectMeta>,
+    ) -> Result<Arc<Manifest>> {
+        let meta =
+            match meta {
+                Some(m) => m,
+                None => self.manifest_head(version).await?.ok_or_else(|| {
+                    FormatError::VersionNotFound {
+                        table: self.name.clone(),
+                        version,
+                    }
+                })?,
+            };
         let key = format!(
             "{}/{version}/{}/{}",
             self.root,
@@ -401,8 +414,8 @@ impl TableDir {
     }
 
     pub async fn latest(self: &Arc<Self>) -> Result<Snapshot> {
-        match self.latest_version().await? {
-            Some(v) => self.snapshot(v).await,
+        match self.latest_head().await? {
+            Some((v, meta)) => Snapshot::new(self.clone(), self.cached_manifest(v, meta).await?),
             None => Err(FormatError::NotFound(self.name.clone())),
         }
     }

@@ -58,11 +58,11 @@ pub async fn vacuum(dir: &TableDir, retain: Option<u64>, grace: Duration) -> Res
         Some(n) => versions.len().saturating_sub(n.max(1) as usize),
         None => 0,
     };
-    let cutoff = chrono::Utc::now() - grace;
+    let cutoff_ms = super::manifest::now_ms() - grace.as_millis() as i64;
     // Versions committed within the grace period stay, whatever `retain` says.
     while keep_from > 0 {
         match dir.load_manifest(versions[keep_from - 1]).await {
-            Ok(m) if m.transaction.timestamp_ms >= cutoff.timestamp_millis() => keep_from -= 1,
+            Ok(m) if m.transaction.timestamp_ms >= cutoff_ms => keep_from -= 1,
             _ => break,
         }
     }
@@ -89,7 +89,7 @@ pub async fn vacuum(dir: &TableDir, retain: Option<u64>, grace: Duration) -> Res
         if relative.starts_with(super::store::VERSIONS_DIR) || keep.contains(relative) {
             continue;
         }
-        if object.last_modified > cutoff {
+        if object.last_modified.timestamp_millis() > cutoff_ms {
             continue;
         }
         dir.store()

@@ -1,6 +1,6 @@
 //! A loaded ledger: translating row addresses through chains of transitions.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -96,17 +96,6 @@ impl LedgerView {
     /// Whether some transition rewrote `fragment`.
     pub fn consumes(&self, fragment: u64) -> bool {
         self.consumer.contains_key(&fragment)
-    }
-
-    /// Fragments reachable from `fragments` through the ledger (themselves included).
-    pub fn descendants(&self, fragments: &BTreeSet<u64>) -> BTreeSet<u64> {
-        let mut reach = fragments.clone();
-        for t in &self.transitions {
-            if t.transition.sources.iter().any(|s| reach.contains(&s.id)) {
-                reach.extend(t.transition.destinations.iter().map(|d| d.id));
-            }
-        }
-        reach
     }
 
     /// Current addresses of `addrs`: `None` for rows deleted before some rewrite moved
@@ -259,6 +248,7 @@ mod tests {
     use super::*;
     use crate::ledger::transition::tests::ordered;
     use roaring::RoaringBitmap;
+    use std::collections::BTreeSet;
 
     fn view(ts: Vec<Transition>) -> LedgerView {
         let loaded = ts
@@ -293,8 +283,9 @@ mod tests {
                 Some(row_address(9, 3))
             ]
         );
+        let ledger: Vec<Transition> = v.transitions().map(|t| t.transition.clone()).collect();
         assert_eq!(
-            v.descendants(&BTreeSet::from([1])),
+            crate::ledger::transition::descendants(&ledger, &BTreeSet::from([1])),
             BTreeSet::from([1, 3, 5])
         );
     }
