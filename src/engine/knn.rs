@@ -463,27 +463,11 @@ impl Search {
         fragments: &[Fragment],
         skip: &HashMap<u64, RoaringBitmap>,
     ) -> Result<Vec<Candidate>> {
-        let dir = &self.snapshot().dir;
-        let column = self.query.column.as_str();
-        let field = self.snapshot().schema.field_with_name(column)?.clone();
-        let schema = Arc::new(Schema::new(vec![field]));
         let q = &self.query.vector;
         let mut top = TopK::new(self.query.k);
         let mut rows = 0usize;
         for fragment in fragments {
-            let file = fragment.file_for_column(column).ok_or_else(|| {
-                DataFusionError::Internal(format!(
-                    "fragment {} has no file for {column}",
-                    fragment.id
-                ))
-            })?;
-            let key = format!("{}/{}:{column}", dir.name(), file.path);
-            let vectors = self
-                .cache
-                .vectors(&key, || {
-                    load_vectors(dir.clone(), fragment.clone(), schema.clone())
-                })
-                .await?;
+            let vectors = self.fragment_vectors(fragment).await?;
             let deleted = self.deletions.get(&fragment.id);
             let skipped = skip.get(&fragment.id);
             let allowed = self.allowed.as_ref();
@@ -570,8 +554,68 @@ impl Search {
         }
     }
 
-    /// Exact keys of the given rows (reads only those rows' vectors).
+    /// The whole vector column of a fragment, decoded once per session (the cache's budget
+    /// decides whether it stays).
+    async fn fragment_vectors(&self, fragment: &Fragment) -> Result<Arc<ColumnVectors>> {
+        let dir = &self.snapshot().dir;
+        let column = self.query.column.as_str();
+        let field = self.snapshot().schema.field_with_name(column)?.clone();
+        let schema = Arc::new(Schema::new(vec![field]));
+        let file = fragment.file_for_column(column).ok_or_else(|| {
+            DataFusionError::Internal(format!("fragment {} has no file for {column}", fragment.id))
+        })?;
+        let key = format!("{}/{}:{column}", dir.name(), file.path);
+        Ok(self
+            .cache
+            .vectors(&key, || {
+                load_vectors(dir.clone(), fragment.clone(), schema.clone())
+            })
+            .await?)
+    }
+
+    /// Exact keys of the given rows: from the fragment's cached vector column when it is
+    /// small enough to keep, else by reading only those rows' vectors.
     async fn score_addresses(&self, addrs: &[u64]) -> Result<Vec<Candidate>> {
+        let q = &self.query.vector;
+        let worth_caching = |f: &Fragment| {
+            (f.physical_rows as usize).saturating_mul(q.len() * 4) <= self.cache.budget() / 4
+        };
+        if self
+            .by_fragment(addrs)?
+            .iter()
+            .all(|(f, _)| worth_caching(f))
+        {
+            let mut out = Vec::with_capacity(addrs.len());
+            for (fragment, offsets) in self.by_fragment(addrs)? {
+                let vectors = self.fragment_vectors(fragment).await?;
+                let dim = vectors.dim;
+                for o in offsets {
+                    let i = o as usize;
+                    if i >= vectors.valid.len() {
+                        return Err(DataFusionError::Execution(format!(
+                            "row {o} is past the end of fragment {}: a corrupt index?",
+                            fragment.id
+                        )));
+                    }
+                    let key = if vectors.valid[i] && dim == q.len() {
+                        metric_key(
+                            self.query.metric,
+                            q,
+                            &vectors.values[i * dim..(i + 1) * dim],
+                        )
+                        .unwrap_or(f32::INFINITY)
+                    } else {
+                        f32::INFINITY
+                    };
+                    out.push(Candidate {
+                        key,
+                        addr: row_address(fragment.id, o),
+                    });
+                }
+            }
+            self.counters.rows_scored.add(out.len());
+            return Ok(out);
+        }
         let field = self
             .snapshot()
             .schema

@@ -16,9 +16,7 @@ use crate::ledger::{
 pub fn ledger_key(manifest: &Manifest) -> String {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    serde_json::to_string(&manifest.reuse_ledger)
-        .unwrap_or_default()
-        .hash(&mut h);
+    manifest.reuse_ledger.hash(&mut h);
     format!("{:016x}", h.finish())
 }
 

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::{LedgerError, Result};
 
 /// A fragment as a rewrite saw it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct FragmentDigest {
     pub id: u64,
     pub physical_rows: u64,
@@ -25,7 +25,7 @@ impl FragmentDigest {
 pub const KNOWN_MAPPINGS: &[&str] = &["ordered_compaction", "stable_partition"];
 
 /// How the rows of the sources map onto the destinations.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Mapping {
     /// Row order is kept: the surviving rows of the sources, in source order, fill the
@@ -56,7 +56,7 @@ impl Mapping {
 }
 
 /// One rewrite: ordered sources replaced by ordered destinations.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Transition {
     /// Unique within the table's ledger, increasing in commit order.
     pub id: u64,

@@ -59,9 +59,7 @@ impl LedgerView {
         // Content, not ids: a table dropped and created again reuses transition ids.
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         for (i, t) in transitions.iter().enumerate() {
-            serde_json::to_string(&t.transition)
-                .unwrap_or_default()
-                .hash(&mut hasher);
+            t.transition.hash(&mut hasher);
             let mut start = 0;
             let mut row_starts = Vec::with_capacity(t.transition.sources.len());
             for (p, s) in t.transition.sources.iter().enumerate() {
