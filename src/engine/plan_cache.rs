@@ -144,6 +144,22 @@ fn rebind_expr(
     Ok((!unknown).then_some(out.data))
 }
 
+/// A sort order with every parameter literal replaced (see [`rebind_expr`]).
+fn rebind_ordering(
+    ordering: &LexOrdering,
+    old: &[Vec<f64>],
+    new: &[Vec<f64>],
+) -> Result<Option<LexOrdering>> {
+    let mut exprs = Vec::with_capacity(ordering.len());
+    for e in ordering.iter() {
+        let Some(expr) = rebind_expr(&e.expr, old, new)? else {
+            return Ok(None);
+        };
+        exprs.push(PhysicalSortExpr::new(expr, e.options));
+    }
+    Ok(LexOrdering::new(exprs))
+}
+
 /// The KNN operator of a [`reusable`] plan.
 pub fn knn_of(plan: &Arc<dyn ExecutionPlan>) -> Option<&KnnExec> {
     let mut node = plan;
@@ -267,14 +283,7 @@ pub fn rebind(
         return Ok(Some(Arc::new(ProjectionExec::try_new(exprs, child)?)));
     }
     if let Some(s) = plan.downcast_ref::<SortExec>() {
-        let mut exprs = Vec::with_capacity(s.expr().len());
-        for e in s.expr().iter() {
-            let Some(expr) = map(&e.expr)? else {
-                return Ok(None);
-            };
-            exprs.push(PhysicalSortExpr::new(expr, e.options));
-        }
-        let Some(ordering) = LexOrdering::new(exprs) else {
+        let Some(ordering) = rebind_ordering(s.expr(), old, new)? else {
             return Ok(None);
         };
         let sort = SortExec::new(ordering, child)
@@ -283,14 +292,7 @@ pub fn rebind(
         return Ok(Some(Arc::new(sort)));
     }
     if let Some(m) = plan.downcast_ref::<SortPreservingMergeExec>() {
-        let mut exprs = Vec::with_capacity(m.expr().len());
-        for e in m.expr().iter() {
-            let Some(expr) = map(&e.expr)? else {
-                return Ok(None);
-            };
-            exprs.push(PhysicalSortExpr::new(expr, e.options));
-        }
-        let Some(ordering) = LexOrdering::new(exprs) else {
+        let Some(ordering) = rebind_ordering(m.expr(), old, new)? else {
             return Ok(None);
         };
         let merge = SortPreservingMergeExec::new(ordering, child).with_fetch(m.fetch());

@@ -109,15 +109,9 @@ impl LedgerView {
             return Ok(current);
         }
         let mut pending: Vec<(u64, u32)> = Vec::new();
-        let mut last: Option<(u64, bool)> = None;
+        let mut consumed = ConsumedCheck::new(self);
         for (i, a) in addrs.iter().enumerate() {
-            let f = split_row_address(*a).0;
-            let consumed = match last {
-                Some((g, c)) if g == f => c,
-                _ => self.consumer.contains_key(&f),
-            };
-            last = Some((f, consumed));
-            if consumed {
+            if consumed.check(*a) {
                 pending.push((*a, i as u32));
             }
         }
@@ -147,19 +141,13 @@ impl LedgerView {
                 );
                 moved.clear();
                 self.step(t, p, f, &offsets, &mut moved).await?;
-                let mut last: Option<(u64, bool)> = None;
+                let mut consumed = ConsumedCheck::new(self);
                 for ((_, i), new) in pending[start..end].iter().zip(&moved) {
                     current[*i as usize] = *new;
-                    if let Some(a) = new {
-                        let g = split_row_address(*a).0;
-                        let consumed = match last {
-                            Some((h, c)) if h == g => c,
-                            _ => self.consumer.contains_key(&g),
-                        };
-                        last = Some((g, consumed));
-                        if consumed {
-                            next.push((*a, *i));
-                        }
+                    if let Some(a) = new
+                        && consumed.check(*a)
+                    {
+                        next.push((*a, *i));
                     }
                 }
                 start = end;
@@ -238,6 +226,31 @@ impl LedgerView {
     pub(crate) fn source_rows(&self, t: usize, p: usize) -> std::ops::Range<u64> {
         let start = self.starts[t][p];
         start..start + self.transitions[t].transition.sources[p].physical_rows
+    }
+}
+
+/// Whether a transition rewrote an address's fragment, remembering the last fragment asked
+/// about (addresses come in runs of one fragment).
+struct ConsumedCheck<'a> {
+    view: &'a LedgerView,
+    last: Option<(u64, bool)>,
+}
+
+impl<'a> ConsumedCheck<'a> {
+    fn new(view: &'a LedgerView) -> Self {
+        Self { view, last: None }
+    }
+
+    fn check(&mut self, addr: u64) -> bool {
+        let f = split_row_address(addr).0;
+        match self.last {
+            Some((g, c)) if g == f => c,
+            _ => {
+                let c = self.view.consumer.contains_key(&f);
+                self.last = Some((f, c));
+                c
+            }
+        }
     }
 }
 
