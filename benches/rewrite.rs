@@ -15,10 +15,11 @@ use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use datafusion::error::Result;
 use datafusion::prelude::SessionContext;
+use fragvec::format::Manifest;
 use fragvec::format::manifest::TableProperties;
 use fragvec::format::row_map_file::RowMapFile;
-use fragvec::format::{Manifest, row_address};
 use fragvec::index::distance::l2_squared;
+use fragvec::ledger::ids::row_address;
 use fragvec::ledger::row_map::{
     BlockLabels, DEFAULT_BLOCK_ROWS, RowMapFooter, RowMapWriter, SourceRows, translate_sorted,
 };

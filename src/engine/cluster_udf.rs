@@ -221,7 +221,7 @@ impl ScalarUDFImpl for IvfPartition {
             let addrs = addrs.to_array(args.number_rows)?;
             let addrs = addrs.as_primitive::<datafusion::arrow::datatypes::UInt64Type>();
             for (i, slot) in out.iter_mut().enumerate() {
-                let (f, o) = crate::format::split_row_address(addrs.value(i));
+                let (f, o) = crate::ledger::ids::split_row_address(addrs.value(i));
                 if let Some(&p) = known.get(&f).and_then(|v| v.get(o as usize))
                     && p != u32::MAX
                     && !list.is_null(i)

@@ -22,8 +22,8 @@ use crate::format::fragment_io::write_column_file;
 use crate::format::rowids::RowIdSequence;
 use crate::format::{
     self, FormatError, NewFragment, NewRowIds, Operation, Snapshot, Transaction, read_fragment,
-    split_row_address,
 };
+use crate::ledger::ids::split_row_address;
 use crate::sql::finder::{ACTION, ADDR, Action, ROWID};
 
 /// The rows a statement changes, gathered from its finder.

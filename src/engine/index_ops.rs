@@ -12,10 +12,11 @@ use datafusion::common::{DataFusionError, Result};
 
 use crate::format::commit::{IndexChange, NewSegment};
 use crate::format::index_meta::{IndexDef, IndexKind};
-use crate::format::{self, FormatError, Operation, Snapshot, Transaction, split_row_address};
+use crate::format::{self, FormatError, Operation, Snapshot, Transaction};
 use crate::index::build::{self, Vectors};
 use crate::index::distance::Metric;
 use crate::index::segment::PartitionCache;
+use crate::ledger::ids::split_row_address;
 use crate::ledger::{Coverage, LedgerView, SegmentOwnership};
 use crate::sql::OptimizeAction;
 

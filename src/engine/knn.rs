@@ -45,11 +45,12 @@ use super::scan::{FragmentScanExec, ROW_ADDR, ROW_ID, ScanSpec, VirtualColumns};
 use crate::format::fragment_io::read_fragment_rows;
 use crate::format::index_meta::IndexDef;
 use crate::format::read_fragment;
-use crate::format::{Fragment, Snapshot, row_address, split_row_address};
+use crate::format::{Fragment, Snapshot};
 use crate::index::distance::{Metric, metric_key};
 use crate::index::search::{Candidate, RowMask, SearchStats, TopK, score_flat, score_pq};
 use crate::index::segment::{ColumnVectors, PartitionCache, Translation};
 use crate::ledger::Coverage;
+use crate::ledger::ids::{row_address, split_row_address};
 
 /// Fragments with at least this many rows are scored exactly on every core.
 const PARALLEL_SCORING_ROWS: u64 = 32 * 1024;

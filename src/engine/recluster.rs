@@ -177,7 +177,7 @@ pub(crate) async fn known_partitions(
                 if !ownership.covers(addr) {
                     continue;
                 }
-                let (f, o) = crate::format::split_row_address(addr);
+                let (f, o) = crate::ledger::ids::split_row_address(addr);
                 if let Some(slot) = known.get_mut(&f).and_then(|v| v.get_mut(o as usize)) {
                     *slot = p as u32;
                 }

@@ -31,8 +31,9 @@ use futures::{StreamExt, stream};
 use roaring::RoaringBitmap;
 use tokio::sync::mpsc::Sender;
 
-use crate::format::{Fragment, Snapshot, read_fragment, row_address};
+use crate::format::{Fragment, Snapshot, read_fragment};
 use crate::index::segment::PartitionCache;
+use crate::ledger::ids::row_address;
 
 /// Which virtual columns a scan produces.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -69,16 +69,6 @@ pub const ROW_ADDR: &str = "_rowaddr";
 /// Name of the virtual column holding a row's id (stable id, or the address without them).
 pub const ROW_ID: &str = "_rowid";
 
-/// Row address of a physical row: `(fragment_id << 32) | offset`.
-pub fn row_address(fragment_id: u64, offset: u64) -> u64 {
-    (fragment_id << 32) | offset
-}
-
-/// Splits a row address into `(fragment_id, offset)`.
-pub fn split_row_address(addr: u64) -> (u64, u64) {
-    (addr >> 32, addr & 0xFFFF_FFFF)
-}
-
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ColumnDef {
     pub name: String,
@@ -720,11 +710,5 @@ mod tests {
             row_ids: None,
         });
         assert!(Manifest::decode(&m.encode(), "m", "t").is_err());
-    }
-
-    #[test]
-    fn row_addresses_split_back() {
-        let a = row_address(7, 12345);
-        assert_eq!(split_row_address(a), (7, 12345));
     }
 }

@@ -18,9 +18,7 @@ pub mod vacuum;
 pub use commit::{NewFragment, NewRowIds, Rewrite, RowMapRef, Transaction, commit};
 pub use error::{FormatError, Result};
 pub use fragment_io::{WrittenFragment, read_fragment, write_fragments};
-pub use manifest::{
-    Fragment, Manifest, Operation, TableProperties, row_address, split_row_address,
-};
+pub use manifest::{Fragment, Manifest, Operation, TableProperties};
 pub use store::{Database, Snapshot, TableDir};
 
 #[cfg(test)]

@@ -17,7 +17,8 @@ use super::segment::{self, Partition};
 use crate::format::commit::NewSegment;
 use crate::format::index_meta::IndexKind;
 use crate::format::store::random_tag;
-use crate::format::{FormatError, Result, Snapshot, TableDir, read_fragment, row_address};
+use crate::format::{FormatError, Result, Snapshot, TableDir, read_fragment};
+use crate::ledger::ids::row_address;
 
 /// Seed of every k-means run, so builds are reproducible.
 pub const SEED: u64 = 0x5eed_f4a9;

@@ -13,7 +13,7 @@ use roaring::{RoaringBitmap, RoaringTreemap};
 use super::distance::{Metric, metric_key};
 use super::ivf::PQ_CODES;
 use super::segment::Partition;
-use crate::format::split_row_address;
+use crate::ledger::ids::split_row_address;
 
 /// A scored row; ordered by key, then address (so ties break the same way every time).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -204,7 +204,7 @@ pub fn score_pq(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::row_address;
+    use crate::ledger::ids::row_address;
 
     #[test]
     fn top_k_keeps_the_smallest_in_order() {

@@ -13,7 +13,7 @@ use roaring::RoaringBitmap;
 
 use super::transition::{Mapping, Transition};
 use super::{LedgerError, Result};
-use crate::format::row_address;
+use crate::ledger::ids::row_address;
 
 /// Where one source row went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,7 +204,7 @@ impl OrderedRemap {
         let source = &self.sources[s];
         let mut out: Vec<(u64, RoaringBitmap)> = Vec::new();
         let mut push = |addr: u64| {
-            let (f, o) = crate::format::split_row_address(addr);
+            let (f, o) = crate::ledger::ids::split_row_address(addr);
             match out.last_mut() {
                 Some((last, bits)) if *last == f => {
                     bits.insert(o as u32);
@@ -245,7 +245,7 @@ impl OrderedRemap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::split_row_address;
+    use crate::ledger::ids::split_row_address;
     use crate::ledger::transition::tests::digest;
     use proptest::prelude::*;
 

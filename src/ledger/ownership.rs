@@ -15,7 +15,7 @@ use roaring::RoaringBitmap;
 
 use super::Result;
 use super::translate::{LedgerView, LoadedMapping};
-use crate::format::split_row_address;
+use crate::ledger::ids::split_row_address;
 
 /// How much of one current fragment a segment owns.
 #[derive(Clone, Debug, PartialEq)]
@@ -149,7 +149,7 @@ impl LedgerView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::row_address;
+    use crate::ledger::ids::row_address;
     use crate::ledger::ordered::OrderedRemap;
     use crate::ledger::transition::tests::ordered;
     use crate::ledger::translate::LoadedTransition;

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use super::ordered::OrderedRemap;
 use super::transition::{Transition, validate};
 use super::{LedgerError, Result};
-use crate::format::{row_address, split_row_address};
+use crate::ledger::ids::{row_address, split_row_address};
 
 /// A stable-partition row map, read lazily (its blocks live in a file).
 #[async_trait]

@@ -87,7 +87,7 @@ pub(crate) fn live_rows(
                 None => batch,
                 Some(at) => {
                     let addrs = datafusion::arrow::array::UInt64Array::from_iter_values(
-                        (start..start + n).map(|o| crate::format::row_address(id, o as u64)),
+                        (start..start + n).map(|o| crate::ledger::ids::row_address(id, o as u64)),
                     );
                     let mut columns = batch.columns().to_vec();
                     columns.insert(at, Arc::new(addrs));
