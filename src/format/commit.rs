@@ -31,6 +31,8 @@ use super::store::{Snapshot, TableDir, random_tag};
 use crate::ledger::transition::{descendants, needed};
 use crate::ledger::{FragmentDigest, Mapping, Transition};
 
+pub mod retry;
+
 /// How many times one commit re-reads the latest version after losing a put race.
 const MAX_PUT_ATTEMPTS: usize = 20;
 
