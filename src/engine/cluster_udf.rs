@@ -138,7 +138,7 @@ pub struct IvfPartition {
 }
 
 /// Partition of each row the index holds, per current fragment.
-pub type KnownPartitions = std::collections::HashMap<u64, Vec<u32>>;
+pub type KnownPartitions = crate::index::assigned::AssignedPartitions;
 
 impl PartialEq for IvfPartition {
     fn eq(&self, other: &Self) -> bool {

@@ -11,15 +11,15 @@ use datafusion::arrow::array::{
     ArrayRef, BooleanArray, RecordBatch, StringArray, TimestampMillisecondArray, UInt64Array,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use datafusion::catalog::{MemTable, Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
+use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
-use datafusion::logical_expr::{Expr, TableType};
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::logical_expr::Expr;
 use datafusion::prelude::SessionContext;
 
+use super::computed::{ComputedBatch, ComputedTable};
 use crate::format::{Database, FormatError, Manifest};
+use crate::index::cache::IndexCache;
 use crate::index::ivf::is_oversized;
-use crate::index::segment::PartitionCache;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -158,7 +158,7 @@ struct IntrospectTable {
 }
 
 impl IntrospectTable {
-    async fn batch(&self) -> Result<RecordBatch, FormatError> {
+    async fn batch(&self) -> Result<RecordBatch> {
         let dir = Arc::new(self.db.table(&self.table)?);
         let columns: Vec<ArrayRef> = match self.kind {
             Kind::Fragments => {
@@ -194,7 +194,7 @@ impl IntrospectTable {
                 let rows = |name: &str| m.segments_of(name).map(|s| s.rows).sum::<u64>();
                 // Rows per partition across all segments: a partition far above its share
                 // makes probes slower and recall worse until a full MERGE splits it.
-                let footers = PartitionCache::new(0);
+                let footers = IndexCache::new(0);
                 let mut largest = Vec::new();
                 let mut split = Vec::new();
                 for def in i.iter() {
@@ -219,10 +219,8 @@ impl IntrospectTable {
                 let mut unowned = std::collections::HashMap::new();
                 for d in i {
                     let (_, owners) =
-                        crate::engine::index_ops::ownerships(&snapshot, &d.name, &footers)
-                            .await
-                            .map_err(|e| FormatError::invalid(e.to_string()))?;
-                    let n = crate::engine::index_ops::unowned_fragments(&snapshot, &owners).len();
+                        crate::index::optimize::ownerships(&snapshot, &d.name, &footers).await?;
+                    let n = crate::index::ownership::unowned_fragments(m, &owners).len();
                     unowned.insert(d.name.clone(), n as u64);
                 }
                 let unindexed = |name: &str| unowned[name];
@@ -325,7 +323,7 @@ impl IntrospectTable {
             Kind::Versions => {
                 let versions = dir.versions().await?;
                 if versions.is_empty() {
-                    return Err(FormatError::NotFound(self.table.clone()));
+                    return Err(FormatError::NotFound(self.table.clone()).into());
                 }
                 let mut manifests: Vec<Manifest> = Vec::with_capacity(versions.len());
                 for v in versions {
@@ -356,42 +354,6 @@ impl IntrospectTable {
             }
         };
         Ok(RecordBatch::try_new(self.kind.schema(), columns)?)
-    }
-}
-
-/// A table function's result: one batch, computed when the query runs (not when it is
-/// planned: that keeps EXPLAIN cheap and the data current).
-#[async_trait]
-pub(crate) trait ComputedBatch: std::fmt::Debug + Send + Sync + 'static {
-    fn schema(&self) -> SchemaRef;
-    async fn compute(&self) -> Result<RecordBatch>;
-}
-
-/// The table provider of a [`ComputedBatch`].
-#[derive(Debug)]
-pub(crate) struct ComputedTable<T>(pub T);
-
-#[async_trait]
-impl<T: ComputedBatch> TableProvider for ComputedTable<T> {
-    fn schema(&self) -> SchemaRef {
-        self.0.schema()
-    }
-
-    fn table_type(&self) -> TableType {
-        TableType::View
-    }
-
-    async fn scan(
-        &self,
-        state: &dyn Session,
-        projection: Option<&Vec<usize>>,
-        filters: &[Expr],
-        limit: Option<usize>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        let batch = self.0.compute().await?;
-        MemTable::try_new(self.0.schema(), vec![vec![batch]])?
-            .scan(state, projection, filters, limit)
-            .await
     }
 }
 

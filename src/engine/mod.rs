@@ -9,6 +9,7 @@
 
 pub mod catalog;
 pub mod cluster_udf;
+pub mod computed;
 pub mod dml;
 pub mod functions;
 pub mod index_ops;

@@ -21,12 +21,13 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 
-use super::cluster_udf::{IvfPartition, KnownPartitions};
-use super::functions::{ComputedBatch, ComputedTable};
+use super::cluster_udf::IvfPartition;
+use super::computed::{ComputedBatch, ComputedTable};
 use super::index_ops;
 use crate::format::manifest::ROW_ADDR;
 use crate::format::{Database, Operation, Snapshot, Transaction, commit};
-use crate::index::segment::PartitionCache;
+use crate::index::assigned::assigned_partitions;
+use crate::index::cache::IndexCache;
 use crate::rewrite::live_rows;
 use crate::rewrite::recluster::{ReclusterSpec, recluster};
 
@@ -47,7 +48,7 @@ pub async fn compile(
     state: &SessionState,
     snapshot: &Snapshot,
     texts: &[String],
-    cache: &PartitionCache,
+    cache: &IndexCache,
 ) -> Result<CompiledExprs> {
     let full = DFSchema::try_from(snapshot.schema.as_ref().clone())?;
     let mut exprs = texts
@@ -87,7 +88,7 @@ pub async fn compile(
             ));
         };
         let model = cache.model(&snapshot.dir, def).await?;
-        let known = Arc::new(known_partitions(snapshot, def, &model, cache).await?);
+        let known = Arc::new(assigned_partitions(snapshot, def, &model, cache).await?);
         let udf = Arc::new(ScalarUDF::new_from_impl(IvfPartition::bound(
             model,
             Some(known),
@@ -138,55 +139,6 @@ pub async fn compile(
     Ok(CompiledExprs { exprs, schema })
 }
 
-/// The partition the index assigned to each row it holds (and still owns), read from the
-/// segments' address lists (a few bytes per row; the vectors are not read) and translated
-/// through the ledger: those rows need no nearest-centroid search.
-pub(crate) async fn known_partitions(
-    snapshot: &Snapshot,
-    def: &crate::format::index_meta::IndexDef,
-    model: &crate::index::ivf::IvfModel,
-    cache: &PartitionCache,
-) -> Result<KnownPartitions> {
-    let (view, owners) = index_ops::ownerships(snapshot, &def.name, cache).await?;
-    let mut known: KnownPartitions = snapshot
-        .manifest
-        .fragments
-        .iter()
-        .map(|f| (f.id, vec![u32::MAX; f.physical_rows as usize]))
-        .collect();
-    for segment in snapshot.manifest.segments_of(&def.name) {
-        let footer = cache.segment_footer(&snapshot.dir, segment, model).await?;
-        let ranges: Vec<_> = (0..footer.partitions.len())
-            .map(|p| footer.addrs_range(p))
-            .collect();
-        let path = snapshot.dir.path(&segment.file);
-        let bytes = snapshot
-            .dir
-            .store()
-            .get_ranges(&path, &ranges)
-            .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        let ownership = &owners[&segment.id];
-        for (p, b) in bytes.iter().enumerate() {
-            let addrs = crate::index::segment::decode_addrs(b);
-            let moved = view
-                .translate(&addrs)
-                .await
-                .map_err(|e| DataFusionError::External(Box::new(e)))?;
-            for addr in moved.into_iter().flatten() {
-                if !ownership.covers(addr) {
-                    continue;
-                }
-                let (f, o) = crate::ledger::ids::split_row_address(addr);
-                if let Some(slot) = known.get_mut(&f).and_then(|v| v.get_mut(o as usize)) {
-                    *slot = p as u32;
-                }
-            }
-        }
-    }
-    Ok(known)
-}
-
 /// The key a RECLUSTER uses: the one given, else the table's CLUSTER BY key.
 fn key_of(snapshot: &Snapshot, given: &[String]) -> Result<Vec<String>> {
     if !given.is_empty() {
@@ -210,7 +162,7 @@ pub async fn run_recluster(
     keys: &[String],
     options: &[(String, String)],
     filter: Option<&str>,
-    cache: &PartitionCache,
+    cache: &IndexCache,
 ) -> Result<RecordBatch> {
     let keys = key_of(snapshot, keys)?;
     let compiled = compile(state, snapshot, &keys, cache).await?;
@@ -260,7 +212,7 @@ pub async fn set_cluster_key(
     state: &SessionState,
     snapshot: &Snapshot,
     keys: Vec<String>,
-    cache: &PartitionCache,
+    cache: &IndexCache,
 ) -> Result<()> {
     if !keys.is_empty() {
         compile(state, snapshot, &keys, cache).await?;
@@ -287,7 +239,7 @@ pub async fn clustering_info(
     state: &SessionState,
     snapshot: &Snapshot,
     keys: &[String],
-    cache: &PartitionCache,
+    cache: &IndexCache,
 ) -> Result<ClusteringInfo> {
     let compiled = compile(state, snapshot, keys, cache).await?;
     let mut ranges: Vec<(OwnedRow, OwnedRow)> = Vec::new();
@@ -438,7 +390,7 @@ impl ComputedBatch for InfoTable {
         let ctx = SessionContext::new();
         super::udf::register(&ctx);
         super::cluster_udf::register(&ctx);
-        let cache = PartitionCache::new(0);
+        let cache = IndexCache::new(0);
         let info = clustering_info(&ctx.state(), &snapshot, &keys, &cache).await?;
         Ok(RecordBatch::try_new(
             info_schema(),

@@ -1,15 +1,12 @@
 //! Loading the reuse ledger: the files its mappings reference, read and checked.
 
-use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use super::deletion;
 use super::error::{FormatError, Result};
 use super::manifest::Manifest;
 use super::store::TableDir;
-use crate::ledger::{
-    LedgerView, LoadedMapping, LoadedTransition, Mapping, OrderedRemap, SegmentOwnership,
-};
+use crate::ledger::{LedgerView, LoadedMapping, LoadedTransition, Mapping, OrderedRemap};
 
 /// Identifies a ledger by content (transitions with their digests and file names, which are
 /// random): equal keys, equal translations, even across a table dropped and created again.
@@ -60,24 +57,4 @@ pub async fn load_ledger(dir: &TableDir, manifest: &Manifest) -> Result<LedgerVi
         });
     }
     LedgerView::new(loaded).map_err(|e| FormatError::ledger(dir.name(), e))
-}
-
-/// Each segment of `index`, with its ownership in the manifest's current fragment ids.
-pub async fn segment_ownerships(
-    dir: &TableDir,
-    manifest: &Manifest,
-    view: &LedgerView,
-    index: &str,
-) -> Result<BTreeMap<u64, SegmentOwnership>> {
-    let current: HashSet<u64> = manifest.fragments.iter().map(|f| f.id).collect();
-    let mut out = BTreeMap::new();
-    for segment in manifest.segments_of(index) {
-        let owned = segment.ownership();
-        let ownership = view
-            .ownership(&owned, &segment.invalidated_fragments, &current)
-            .await
-            .map_err(|e| FormatError::ledger(dir.name(), e))?;
-        out.insert(segment.id, ownership);
-    }
-    Ok(out)
 }

@@ -1,12 +1,30 @@
-//! Vector indexes: distance kernels, k-means, the IVF model (flat and PQ), segment files and
-//! their partition cache, and per-segment search with a row mask.
+//! Vector indexes: distance kernels, k-means, IVF / PQ models, segment files, the index
+//! cache, segment ownership, the KNN search entry point, and index builds.
 //!
-//! The arithmetic (`distance`, `kmeans`, `ivf`, `search`) needs no IO; `segment` and `build`
-//! read and write files through the table's object store.
+//! * Pure arithmetic, no IO: [`distance`], [`kmeans`], [`ivf`], [`search`] (scoring one
+//!   partition under a row mask into a top-k).
+//! * Files: [`segment`] (the segment codec and its range reads), [`build`] (models and
+//!   segments written from a snapshot).
+//! * [`ownership`]: which current rows each segment may answer for.
+//! * [`cache`]: footers, models, ledgers, ownerships, partitions and decoded columns under one
+//!   byte budget.
+//! * [`knn`]: the one entry point answering a KNN request for a table snapshot.
+//! * [`optimize`]: creating, appending to, merging, retraining and dropping an index.
+//!
+//! Uses `format` (files, manifests, commits) and `ledger` (translation); knows nothing of
+//! DataFusion's planner. Errors: [`IndexError`].
 
+pub mod assigned;
 pub mod build;
+pub mod cache;
 pub mod distance;
+pub mod error;
 pub mod ivf;
 pub mod kmeans;
+pub mod knn;
+pub mod optimize;
+pub mod ownership;
 pub mod search;
 pub mod segment;
+
+pub use error::{IndexError, Result};

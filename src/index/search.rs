@@ -50,7 +50,8 @@ impl TopK {
     pub fn new(k: usize) -> Self {
         Self {
             k,
-            heap: BinaryHeap::with_capacity(k + 1),
+            // Sized by what is cheap, not by k: k comes from a query's LIMIT.
+            heap: BinaryHeap::with_capacity(k.min(1024) + 1),
         }
     }
 

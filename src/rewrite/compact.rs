@@ -17,11 +17,12 @@ use super::plan::{
 use super::{Result, live_rows, read_ahead};
 use crate::format::commit::Rewrite;
 use crate::format::fragment_io::write_sized_fragments;
-use crate::format::ledger_io::{load_ledger, segment_ownerships};
+use crate::format::ledger_io::load_ledger;
 use crate::format::rowids::RowIdSequence;
 use crate::format::{
     FormatError, Fragment, NewFragment, NewRowIds, Operation, Snapshot, Transaction, commit,
 };
+use crate::index::ownership::segment_ownerships;
 use crate::ledger::Coverage;
 
 /// Bins rewritten at the same time.

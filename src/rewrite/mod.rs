@@ -29,6 +29,8 @@ pub enum RewriteError {
     Plan(#[from] plan::PlanError),
     #[error(transparent)]
     Format(#[from] FormatError),
+    #[error(transparent)]
+    Index(#[from] crate::index::IndexError),
 }
 
 impl From<datafusion::arrow::error::ArrowError> for RewriteError {
@@ -39,7 +41,11 @@ impl From<datafusion::arrow::error::ArrowError> for RewriteError {
 
 impl RewriteError {
     pub fn is_retryable(&self) -> bool {
-        matches!(self, RewriteError::Format(e) if e.is_retryable())
+        match self {
+            RewriteError::Format(e) => e.is_retryable(),
+            RewriteError::Index(e) => e.is_retryable(),
+            RewriteError::Plan(_) => false,
+        }
     }
 }
 
@@ -47,6 +53,7 @@ impl From<RewriteError> for datafusion::error::DataFusionError {
     fn from(e: RewriteError) -> Self {
         match e {
             RewriteError::Format(f) => f.into(),
+            RewriteError::Index(i) => i.into(),
             other => datafusion::error::DataFusionError::Plan(other.to_string()),
         }
     }

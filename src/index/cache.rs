@@ -1,0 +1,430 @@
+//! The index cache: what KNN queries and index maintenance keep between statements of a
+//! session, under **one byte budget** (`fragvec.index_cache_bytes`).
+//!
+//! Budgeted entries (evicted oldest first when a new one does not fit; an entry larger than
+//! the whole budget is used once and not kept):
+//! * segment partitions as stored, and partitions translated through a ledger state;
+//! * decoded vector columns of data files (brute force and exact scoring);
+//! * whole decoded fixed-width columns of data files (fetching a KNN answer's rows).
+//!
+//! Small, count-capped metadata (not budgeted: a few bytes to a few KB each): segment
+//! footers, IVF models, loaded reuse ledgers and derived segment ownerships. Every key names
+//! the table directory and the immutable file (or ledger content) it was read from, so a
+//! table dropped and created again never hits a stale entry.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex};
+
+use datafusion::arrow::array::ArrayRef;
+
+use super::error::{IndexError, Result};
+use super::ivf::IvfModel;
+use super::ownership::segment_ownerships;
+use super::segment::{self, Footer, Partition};
+use crate::format::index_meta::{IndexDef, IndexSegment};
+use crate::format::ledger_io::{ledger_key, load_ledger};
+use crate::format::{FormatError, Manifest, TableDir};
+use crate::ledger::{LedgerView, SegmentOwnership};
+
+/// Ledger states and ownership derivations kept; past these counts the maps start over
+/// (each entry is small and rebuilt by the next query that needs it).
+const MAX_LEDGERS: usize = 64;
+const MAX_OWNERSHIPS: usize = 256;
+
+/// The vector column of one fragment's data file, decoded, for exact scoring.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ColumnVectors {
+    pub dim: usize,
+    /// `rows × dim` floats; a NULL row's slots are zero.
+    pub values: Vec<f32>,
+    /// Per row: whether the vector is non-NULL.
+    pub valid: Vec<bool>,
+}
+
+impl ColumnVectors {
+    fn bytes(&self) -> usize {
+        self.values.len() * 4 + self.valid.len()
+    }
+
+    /// Row `i`'s vector, or `None` for a NULL.
+    #[inline]
+    pub fn row(&self, i: usize) -> Option<&[f32]> {
+        self.valid[i].then(|| &self.values[i * self.dim..(i + 1) * self.dim])
+    }
+}
+
+/// How to bring a segment's rows up to date: the ledger and the segment's ownership.
+#[derive(Clone, Copy, Debug)]
+pub struct Translation<'a> {
+    pub view: &'a LedgerView,
+    pub ownership: &'a SegmentOwnership,
+}
+
+/// What a budgeted entry is, by its source.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Key {
+    /// Partition `partition` of a segment file, as stored.
+    Partition { file: String, partition: usize },
+    /// The same, translated through a ledger state, limited to what the segment owns.
+    Translated {
+        file: String,
+        ledger: u64,
+        invalidated: Vec<u64>,
+        partition: usize,
+    },
+    /// The decoded vector column of a data file.
+    Vectors { file: String, column: String },
+    /// A whole decoded column of a data file.
+    Column { file: String, column: String },
+}
+
+#[derive(Debug, Clone)]
+enum Entry {
+    Partition(Arc<Partition>),
+    Vectors(Arc<ColumnVectors>),
+    Column(ArrayRef),
+}
+
+impl Entry {
+    fn bytes(&self) -> usize {
+        match self {
+            Entry::Partition(p) => p.bytes(),
+            Entry::Vectors(v) => v.bytes(),
+            Entry::Column(a) => a.get_array_memory_size(),
+        }
+    }
+}
+
+/// The session's index cache (see the module docs).
+#[derive(Debug)]
+pub struct IndexCache {
+    budget: AtomicUsize,
+    state: Mutex<CacheState>,
+}
+
+#[derive(Debug, Default)]
+struct CacheState {
+    footers: HashMap<String, Arc<Footer>>,
+    models: HashMap<String, Arc<IvfModel>>,
+    ledgers: HashMap<String, Arc<LedgerView>>,
+    ownerships: HashMap<String, Arc<BTreeMap<u64, SegmentOwnership>>>,
+    entries: HashMap<Key, Entry>,
+    order: VecDeque<Key>,
+    bytes: usize,
+}
+
+impl CacheState {
+    /// Inserts an entry if it fits the budget, evicting the oldest entries first.
+    fn admit(&mut self, key: Key, entry: Entry, budget: usize) {
+        let size = entry.bytes();
+        if size > budget || self.entries.contains_key(&key) {
+            return;
+        }
+        while self.bytes + size > budget {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(evicted) = self.entries.remove(&old) {
+                self.bytes -= evicted.bytes();
+            }
+        }
+        self.bytes += size;
+        self.entries.insert(key.clone(), entry);
+        self.order.push_back(key);
+    }
+}
+
+impl IndexCache {
+    pub fn new(budget_bytes: usize) -> Self {
+        Self {
+            budget: AtomicUsize::new(budget_bytes),
+            state: Mutex::new(CacheState::default()),
+        }
+    }
+
+    /// Changes the byte budget (the session option may change between queries).
+    pub fn set_budget(&self, bytes: usize) {
+        self.budget.store(bytes, AtomicOrdering::Relaxed);
+    }
+
+    /// The byte budget (for callers deciding what is worth caching).
+    pub fn budget(&self) -> usize {
+        self.budget.load(AtomicOrdering::Relaxed)
+    }
+
+    /// Bytes held by budgeted entries now.
+    pub fn bytes_held(&self) -> usize {
+        self.state.lock().expect("cache lock").bytes
+    }
+
+    fn get(&self, key: &Key) -> Option<Entry> {
+        self.state
+            .lock()
+            .expect("cache lock")
+            .entries
+            .get(key)
+            .cloned()
+    }
+
+    fn admit(&self, key: Key, entry: Entry) {
+        let budget = self.budget();
+        self.state
+            .lock()
+            .expect("cache lock")
+            .admit(key, entry, budget);
+    }
+
+    /// The decoded vectors of `column` in data file `file` (read with `load` on a miss).
+    pub async fn vectors<F, Fut>(
+        &self,
+        file: &str,
+        column: &str,
+        load: F,
+    ) -> Result<Arc<ColumnVectors>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<ColumnVectors>>,
+    {
+        let key = Key::Vectors {
+            file: file.to_string(),
+            column: column.to_string(),
+        };
+        if let Some(Entry::Vectors(hit)) = self.get(&key) {
+            return Ok(hit);
+        }
+        let vectors = Arc::new(load().await?);
+        self.admit(key, Entry::Vectors(vectors.clone()));
+        Ok(vectors)
+    }
+
+    /// A whole decoded column of data file `file` (every physical row): fetching a KNN
+    /// answer's k rows then costs k lookups instead of decoding pages.
+    pub async fn column<F, Fut>(&self, file: &str, column: &str, load: F) -> Result<ArrayRef>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<ArrayRef>>,
+    {
+        let key = Key::Column {
+            file: file.to_string(),
+            column: column.to_string(),
+        };
+        if let Some(Entry::Column(hit)) = self.get(&key) {
+            return Ok(hit);
+        }
+        let array = load().await?;
+        self.admit(key, Entry::Column(array.clone()));
+        Ok(array)
+    }
+
+    /// The loaded reuse ledger of a manifest (shared by every version with the same ledger).
+    pub async fn ledger(&self, dir: &TableDir, manifest: &Manifest) -> Result<Arc<LedgerView>> {
+        if manifest.reuse_ledger.is_empty() {
+            return Ok(Arc::new(LedgerView::default()));
+        }
+        let key = format!("{}#{}", dir.name(), ledger_key(manifest));
+        if let Some(v) = self.state.lock().expect("cache lock").ledgers.get(&key) {
+            return Ok(v.clone());
+        }
+        let view = Arc::new(load_ledger(dir, manifest).await?);
+        let mut state = self.state.lock().expect("cache lock");
+        if state.ledgers.len() >= MAX_LEDGERS {
+            state.ledgers.clear();
+        }
+        state.ledgers.insert(key, view.clone());
+        Ok(view)
+    }
+
+    /// Each segment of `index` with its ownership in `manifest`'s fragment ids.
+    pub async fn ownerships(
+        &self,
+        dir: &TableDir,
+        manifest: &Manifest,
+        view: &LedgerView,
+        index: &str,
+    ) -> Result<Arc<BTreeMap<u64, SegmentOwnership>>> {
+        if view.is_empty() {
+            return Ok(Arc::new(
+                segment_ownerships(dir, manifest, view, index).await?,
+            ));
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for f in &manifest.fragments {
+            f.id.hash(&mut h);
+        }
+        for s in manifest.segments_of(index) {
+            (&s.file, &s.fragment_bitmap, &s.invalidated_fragments).hash(&mut h);
+        }
+        let key = format!("{}#{index}#{}#{:x}", dir.name(), view.key(), h.finish());
+        if let Some(o) = self.state.lock().expect("cache lock").ownerships.get(&key) {
+            return Ok(o.clone());
+        }
+        let owners = Arc::new(segment_ownerships(dir, manifest, view, index).await?);
+        let mut state = self.state.lock().expect("cache lock");
+        if state.ownerships.len() >= MAX_OWNERSHIPS {
+            state.ownerships.clear();
+        }
+        state.ownerships.insert(key, owners.clone());
+        Ok(owners)
+    }
+
+    /// An index's model (cached: models are small, shared and immutable), checked against
+    /// its definition.
+    pub async fn model(&self, dir: &TableDir, def: &IndexDef) -> Result<Arc<IvfModel>> {
+        let key = format!("{}/{}", dir.name(), def.model_file);
+        if let Some(m) = self.state.lock().expect("cache lock").models.get(&key) {
+            return Ok(m.clone());
+        }
+        let path = dir.path(&def.model_file);
+        let bytes = dir.read(&def.model_file).await?;
+        let model = Arc::new(IvfModel::decode(&bytes).map_err(|r| FormatError::corrupt(&path, r))?);
+        if model.metric != def.metric || model.partitions() != def.num_partitions as usize {
+            return Err(
+                FormatError::corrupt(&path, "model does not match its index definition").into(),
+            );
+        }
+        self.state
+            .lock()
+            .expect("cache lock")
+            .models
+            .insert(key, model.clone());
+        Ok(model)
+    }
+
+    /// A segment's footer, checked against the index model and the manifest.
+    pub async fn segment_footer(
+        &self,
+        dir: &TableDir,
+        segment: &IndexSegment,
+        model: &IvfModel,
+    ) -> Result<Arc<Footer>> {
+        let footer = self.footer(dir, &segment.file, segment.size_bytes).await?;
+        segment::check_footer(dir, segment, &footer, model)?;
+        Ok(footer)
+    }
+
+    /// A segment file's footer (cached: footers are tiny and files immutable).
+    pub async fn footer(&self, dir: &TableDir, file: &str, size: u64) -> Result<Arc<Footer>> {
+        let key = format!("{}/{file}", dir.name());
+        if let Some(f) = self.state.lock().expect("cache lock").footers.get(&key) {
+            return Ok(f.clone());
+        }
+        let footer = Arc::new(segment::read_footer(dir, file, size).await?);
+        self.state
+            .lock()
+            .expect("cache lock")
+            .footers
+            .insert(key, footer.clone());
+        Ok(footer)
+    }
+
+    /// One partition of a segment file, as stored.
+    pub async fn partition(
+        &self,
+        dir: &TableDir,
+        file: &str,
+        footer: &Footer,
+        p: usize,
+        pq: bool,
+    ) -> Result<Arc<Partition>> {
+        let key = Key::Partition {
+            file: format!("{}/{file}", dir.name()),
+            partition: p,
+        };
+        if let Some(Entry::Partition(hit)) = self.get(&key) {
+            return Ok(hit);
+        }
+        let partition = Arc::new(segment::read_partition(dir, file, footer, p, pq).await?);
+        self.admit(key, Entry::Partition(partition.clone()));
+        Ok(partition)
+    }
+
+    /// A partition of a segment whose rows were moved by rewrites: addresses translated
+    /// through the ledger, rows the segment does not own (any more) dropped. Cached under the
+    /// ledger state and the segment's invalidations.
+    pub async fn translated_partition(
+        &self,
+        dir: &TableDir,
+        segment: &IndexSegment,
+        footer: &Footer,
+        p: usize,
+        pq: bool,
+        translation: Translation<'_>,
+    ) -> Result<Arc<Partition>> {
+        let Translation { view, ownership } = translation;
+        let key = Key::Translated {
+            file: format!("{}/{}", dir.name(), segment.file),
+            ledger: view.key(),
+            invalidated: segment.invalidated_fragments.iter().copied().collect(),
+            partition: p,
+        };
+        if let Some(Entry::Partition(hit)) = self.get(&key) {
+            return Ok(hit);
+        }
+        let raw = self.partition(dir, &segment.file, footer, p, pq).await?;
+        let moved = view
+            .translate(&raw.addrs)
+            .await
+            .map_err(|e| IndexError::ledger(dir.name(), e))?;
+        let width = if raw.is_empty() {
+            0
+        } else if pq {
+            raw.codes.len() / raw.len()
+        } else {
+            raw.vectors.len() / raw.len()
+        };
+        let mut out = Partition::default();
+        for (i, addr) in moved.into_iter().enumerate() {
+            let Some(addr) = addr.filter(|a| ownership.covers(*a)) else {
+                continue;
+            };
+            out.addrs.push(addr);
+            if pq {
+                out.codes
+                    .extend_from_slice(&raw.codes[i * width..(i + 1) * width]);
+            } else {
+                out.vectors
+                    .extend_from_slice(&raw.vectors[i * width..(i + 1) * width]);
+            }
+        }
+        let out = Arc::new(out);
+        self.admit(key, Entry::Partition(out.clone()));
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(rows: usize) -> Entry {
+        Entry::Partition(Arc::new(Partition {
+            addrs: vec![0; rows],
+            codes: vec![],
+            vectors: vec![],
+        }))
+    }
+
+    fn key(p: usize) -> Key {
+        Key::Partition {
+            file: "t/s".into(),
+            partition: p,
+        }
+    }
+
+    #[test]
+    fn budget_evicts_oldest_first_and_skips_oversized_entries() {
+        let mut s = CacheState::default();
+        s.admit(key(0), part(4), 64); // 32 bytes
+        s.admit(key(1), part(4), 64);
+        assert_eq!(s.bytes, 64);
+        s.admit(key(2), part(4), 64); // evicts key 0
+        assert!(!s.entries.contains_key(&key(0)));
+        assert!(s.entries.contains_key(&key(1)) && s.entries.contains_key(&key(2)));
+        s.admit(key(3), part(100), 64); // larger than the budget: not kept
+        assert!(!s.entries.contains_key(&key(3)));
+        assert_eq!(s.bytes, 64);
+    }
+}

@@ -1,0 +1,218 @@
+//! KNN search over one table snapshot: the index layer's one entry point, [`search`].
+//!
+//! Given a snapshot, the vector column, a query vector, `k`, the metric, an optional index
+//! and an optional row mask (the addresses passing the query's WHERE filter, evaluated by the
+//! engine), it returns at most `k` row addresses with their distance keys, nearest first,
+//! plus the counters `EXPLAIN ANALYZE` shows.
+//!
+//! Contract (what makes the answer exact about which rows exist):
+//! * For each segment, its **ownership** (see [`super::ownership`]), the deletion vectors and
+//!   the row mask are applied to every row **before** it can enter that segment's local
+//!   top-k ([`super::search::RowMask`]), so a stale, deleted or filtered row never takes a
+//!   valid row's place.
+//! * A segment with nothing invalidated, all fragments present and none with deletions, under
+//!   a query without a mask, takes the unfiltered fast path (same answer, no per-row checks).
+//! * When probing `nprobes` partitions finds fewer than `k` rows, more partitions are probed.
+//! * IVF_PQ candidates (`k × refine_factor` per segment) are re-ranked with exact distances.
+//! * Fragments no segment owns are scored by brute force, skipping rows a segment owns.
+//! * A mask admitting few rows (≤ [`EXACT_MASK_ROWS`], or ≤ k) is answered by scoring exactly
+//!   those rows.
+//! * If the index still yields fewer than `k` rows while more rows qualify (rows with NULL
+//!   vectors are not indexed), the whole query is answered exactly.
+//! * Rows without a defined distance (NULL vectors, zero vectors under cosine) get key
+//!   `f32::INFINITY` and rank last, like `NULLS LAST`.
+//!
+//! IO: model, footers and probed partitions through the [`IndexCache`]; vector columns of
+//! unindexed fragments decoded once and cached within the budget; each deletion vector read
+//! once per query. Memory: O(k) per segment plus cached entries.
+
+mod exact;
+pub mod rows;
+mod segments;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use roaring::{RoaringBitmap, RoaringTreemap};
+
+use super::cache::IndexCache;
+use super::distance::{Metric, metric_key};
+use super::error::Result;
+use super::search::{Candidate, TopK};
+use crate::format::Snapshot;
+use crate::format::index_meta::IndexDef;
+
+/// Masks admitting at most this many rows are answered by scoring exactly those rows.
+pub const EXACT_MASK_ROWS: u64 = 4096;
+
+/// What to search for.
+#[derive(Clone, Copy, Debug)]
+pub struct KnnRequest<'a> {
+    pub snapshot: &'a Snapshot,
+    /// The vector column (a table column name).
+    pub column: &'a str,
+    pub vector: &'a [f32],
+    pub metric: Metric,
+    pub k: usize,
+    /// The index to search; `None` scores every row exactly.
+    pub index: Option<&'a IndexDef>,
+    /// IVF partitions to probe per segment (at least 1).
+    pub nprobes: usize,
+    /// PQ re-ranking depth: `k × refine_factor` candidates per segment (at least 1).
+    pub refine_factor: usize,
+    /// Addresses of the rows passing the query's WHERE filter; `None` = no filter.
+    pub mask: Option<&'a RoaringTreemap>,
+}
+
+/// Counters of one search (shown by `EXPLAIN ANALYZE`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KnnStats {
+    pub segments_searched: usize,
+    pub partitions_probed: usize,
+    pub rows_scored: usize,
+    pub dropped_ownership: usize,
+    pub dropped_deleted: usize,
+    pub dropped_filter: usize,
+    pub unindexed_rows: usize,
+    pub exact_fallbacks: usize,
+    /// Data fragments whose rows were read from Parquet (scoring or fetching rows).
+    pub fragments_read: usize,
+    /// Whether the answer came from scoring the masked rows exactly.
+    pub exact_mask: bool,
+}
+
+/// The answer: at most `k` candidates, nearest first.
+#[derive(Debug, Default)]
+pub struct KnnAnswer {
+    pub candidates: Vec<Candidate>,
+    /// Current vectors of candidates found in IVF_FLAT segments (their rows passed the
+    /// segment's mask, so these are the rows' values): fetching them needs no Parquet read.
+    pub vectors: HashMap<u64, Vec<f32>>,
+    pub stats: KnnStats,
+}
+
+/// Counters updated from shared references (scoring runs on several threads).
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub segments_searched: AtomicUsize,
+    pub partitions_probed: AtomicUsize,
+    pub rows_scored: AtomicUsize,
+    pub dropped_ownership: AtomicUsize,
+    pub dropped_deleted: AtomicUsize,
+    pub dropped_filter: AtomicUsize,
+    pub unindexed_rows: AtomicUsize,
+    pub exact_fallbacks: AtomicUsize,
+    pub fragments_read: AtomicUsize,
+}
+
+impl Counters {
+    pub(crate) fn add(counter: &AtomicUsize, n: usize) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn stats(&self) -> KnnStats {
+        let get = |c: &AtomicUsize| c.load(Ordering::Relaxed);
+        KnnStats {
+            segments_searched: get(&self.segments_searched),
+            partitions_probed: get(&self.partitions_probed),
+            rows_scored: get(&self.rows_scored),
+            dropped_ownership: get(&self.dropped_ownership),
+            dropped_deleted: get(&self.dropped_deleted),
+            dropped_filter: get(&self.dropped_filter),
+            unindexed_rows: get(&self.unindexed_rows),
+            exact_fallbacks: get(&self.exact_fallbacks),
+            fragments_read: get(&self.fragments_read),
+            exact_mask: false,
+        }
+    }
+}
+
+/// The exact distance key of one vector (`None`: a NULL vector); `f32::INFINITY` when the
+/// distance is undefined or the dimensions differ. The one scoring rule every exact path
+/// (brute force, re-ranking, masked rows) uses.
+#[inline]
+pub(crate) fn exact_key(metric: Metric, q: &[f32], v: Option<&[f32]>) -> f32 {
+    match v {
+        Some(v) if v.len() == q.len() => metric_key(metric, q, v).unwrap_or(f32::INFINITY),
+        _ => f32::INFINITY,
+    }
+}
+
+/// One search's state: the request, the cache, the snapshot's deletion vectors.
+pub(crate) struct Searcher<'a> {
+    pub req: KnnRequest<'a>,
+    pub cache: &'a IndexCache,
+    /// Deletion vectors of the snapshot's fragments that have one, read once per query.
+    pub deletions: HashMap<u64, RoaringBitmap>,
+    pub counters: Counters,
+}
+
+/// Answers a KNN request (see the module docs for the contract).
+pub async fn search(req: KnnRequest<'_>, cache: &IndexCache) -> Result<KnnAnswer> {
+    let snapshot = req.snapshot;
+    let mut deletions = HashMap::new();
+    for f in snapshot
+        .manifest
+        .fragments
+        .iter()
+        .filter(|f| f.deletion.is_some())
+    {
+        deletions.insert(f.id, snapshot.dir.read_deletions(f).await?);
+    }
+    let searcher = Searcher {
+        req: KnnRequest {
+            nprobes: req.nprobes.max(1),
+            refine_factor: req.refine_factor.max(1),
+            ..req
+        },
+        cache,
+        deletions,
+        counters: Counters::default(),
+    };
+    searcher.run().await
+}
+
+impl Searcher<'_> {
+    async fn run(self) -> Result<KnnAnswer> {
+        let k = self.req.k;
+        let all = &self.req.snapshot.manifest.fragments;
+        let qualifying = match self.req.mask {
+            Some(m) => m.len(),
+            None => self.req.snapshot.manifest.live_rows(),
+        };
+        let mut vectors = HashMap::new();
+        let mut exact_mask = false;
+        let candidates = match (self.req.mask, self.req.index) {
+            (Some(mask), _) if qualifying <= EXACT_MASK_ROWS.max(k as u64) => {
+                // Few qualifying rows: score exactly them.
+                exact_mask = true;
+                let addrs: Vec<u64> = mask.iter().collect();
+                let mut top = TopK::new(k);
+                for c in self.score_addresses(&addrs).await? {
+                    top.push(c);
+                }
+                top.into_sorted()
+            }
+            (_, None) => self.brute_force(all, &HashMap::new()).await?,
+            (_, Some(index)) => {
+                let (found, found_vectors) = self.indexed(index).await?;
+                vectors = found_vectors;
+                if found.len() < k && (found.len() as u64) < qualifying {
+                    // Rows the index cannot return (NULL vectors) would be in the exact answer.
+                    Counters::add(&self.counters.exact_fallbacks, 1);
+                    vectors.clear();
+                    self.brute_force(all, &HashMap::new()).await?
+                } else {
+                    found
+                }
+            }
+        };
+        let mut stats = self.counters.stats();
+        stats.exact_mask = exact_mask;
+        Ok(KnnAnswer {
+            candidates,
+            vectors,
+            stats,
+        })
+    }
+}

@@ -1,0 +1,210 @@
+//! The indexed path: each segment searched under its ownership mask, then brute force over
+//! the fragments no segment owns, merged into one top-k.
+
+use std::collections::{HashMap, HashSet};
+
+use roaring::RoaringBitmap;
+
+use super::{Counters, Searcher};
+use crate::format::Fragment;
+use crate::format::index_meta::IndexDef;
+use crate::index::cache::Translation;
+use crate::index::error::{IndexError, Result};
+use crate::index::search::{Candidate, RowMask, SearchStats, TopK, score_flat, score_pq};
+use crate::ledger::Coverage;
+
+impl Searcher<'_> {
+    fn record(&self, s: &SearchStats) {
+        let c = &self.counters;
+        Counters::add(&c.partitions_probed, s.partitions_probed);
+        Counters::add(&c.rows_scored, s.rows_scored);
+        Counters::add(&c.dropped_ownership, s.dropped_ownership);
+        Counters::add(&c.dropped_deleted, s.dropped_deleted);
+        Counters::add(&c.dropped_filter, s.dropped_filter);
+    }
+
+    /// Index search plus brute force over fragments no segment owns.
+    /// Returns the candidates and, for IVF_FLAT, the vectors of those found in segments.
+    pub(super) async fn indexed(
+        &self,
+        index: &IndexDef,
+    ) -> Result<(Vec<Candidate>, HashMap<u64, Vec<f32>>)> {
+        let req = &self.req;
+        let mask_rows = req.mask;
+        let snapshot = req.snapshot;
+        let manifest = &snapshot.manifest;
+        let dir = &snapshot.dir;
+        let k = req.k;
+        let model = self.cache.model(dir, index).await?;
+        if model.dim != req.vector.len() {
+            return Err(IndexError::DimensionMismatch {
+                query: req.vector.len(),
+                column: req.column.to_string(),
+                column_dim: model.dim,
+            });
+        }
+        let Some(prepared) = model.prepare(req.vector) else {
+            // A zero query vector under cosine has no nearest rows; every distance is NULL.
+            return Ok((
+                self.brute_force(&manifest.fragments, &HashMap::new())
+                    .await?,
+                HashMap::new(),
+            ));
+        };
+        let current: HashSet<u64> = manifest.fragments.iter().map(|f| f.id).collect();
+        let deletions = &self.deletions;
+        let pq_width = model.pq.as_ref().map(|pq| pq.sub_vectors);
+        let table = model
+            .pq
+            .as_ref()
+            .map(|pq| pq.distance_table(&prepared, req.metric));
+        let keep = if pq_width.is_some() {
+            k.saturating_mul(req.refine_factor)
+        } else {
+            k
+        };
+        let probe_order = model.probe_order(&prepared);
+        let mut global = TopK::new(keep);
+        // Ownership in current fragment ids: rewrites recorded in the ledger moved rows of
+        // the segments' fragments, and ownership follows them.
+        let view = self.cache.ledger(dir, manifest).await?;
+        let owners = self
+            .cache
+            .ownerships(dir, manifest, &view, &index.name)
+            .await?;
+        let mut owned_anywhere: HashSet<u64> = HashSet::new();
+        let mut covered_rows: HashMap<u64, RoaringBitmap> = HashMap::new();
+        let mut vectors: HashMap<u64, Vec<f32>> = HashMap::new();
+        for segment in manifest.segments_of(&index.name) {
+            Counters::add(&self.counters.segments_searched, 1);
+            let ownership = &owners[&segment.id];
+            for (f, coverage) in &ownership.fragments {
+                match coverage {
+                    Coverage::Whole => {
+                        owned_anywhere.insert(*f);
+                    }
+                    Coverage::Rows(rows) => *covered_rows.entry(*f).or_default() |= rows,
+                }
+            }
+            // Translated partitions hold only rows the segment owns, at current addresses.
+            let translated = segment.fragment_bitmap.iter().any(|f| view.consumes(*f));
+            let fast = mask_rows.is_none()
+                && ownership
+                    .fragments
+                    .keys()
+                    .all(|f| !deletions.contains_key(f))
+                && (translated
+                    || (segment.invalidated_fragments.is_empty()
+                        && segment.fragment_bitmap.iter().all(|f| current.contains(f))));
+            let mask = (!fast).then(|| RowMask {
+                owned: ownership.fragments.keys().copied().collect(),
+                deletions: Some(deletions),
+                allowed: mask_rows,
+            });
+            if ownership.fragments.is_empty() {
+                continue;
+            }
+            let footer = self.cache.segment_footer(dir, segment, &model).await?;
+            let mut top = TopK::new(keep);
+            let mut stats = SearchStats::default();
+            let mut probed_parts = Vec::new();
+            for (probed, &p) in probe_order.iter().enumerate() {
+                if probed >= req.nprobes && top.is_full() {
+                    break;
+                }
+                let part = if translated {
+                    self.cache
+                        .translated_partition(
+                            dir,
+                            segment,
+                            &footer,
+                            p,
+                            pq_width.is_some(),
+                            Translation {
+                                view: &view,
+                                ownership,
+                            },
+                        )
+                        .await?
+                } else {
+                    self.cache
+                        .partition(dir, &segment.file, &footer, p, pq_width.is_some())
+                        .await?
+                };
+                probed_parts.push(part.clone());
+                match (&table, pq_width) {
+                    (Some(t), Some(w)) => {
+                        score_pq(&part, w, t, mask.as_ref(), &mut top, &mut stats)
+                    }
+                    _ => score_flat(
+                        &part,
+                        model.dim,
+                        req.vector,
+                        req.metric,
+                        mask.as_ref(),
+                        &mut top,
+                        &mut stats,
+                    ),
+                }
+            }
+            self.record(&stats);
+            let local = top.into_sorted();
+            if pq_width.is_none() {
+                // These rows passed this segment's mask, so its vectors are their current
+                // values: keep them, and the rows need not be read from Parquet again.
+                let wanted: HashSet<u64> = local.iter().map(|c| c.addr).collect();
+                for part in &probed_parts {
+                    for (i, addr) in part.addrs.iter().enumerate() {
+                        if wanted.contains(addr) {
+                            let v = &part.vectors[i * model.dim..(i + 1) * model.dim];
+                            vectors.insert(*addr, v.to_vec());
+                        }
+                    }
+                }
+            }
+            for c in local {
+                global.push(c);
+            }
+        }
+        let mut candidates = global.into_sorted();
+        if pq_width.is_some() {
+            // Re-rank the PQ candidates with exact distances of their current vectors.
+            let addrs: Vec<u64> = candidates.iter().map(|c| c.addr).collect();
+            let mut top = TopK::new(k);
+            for c in self.score_addresses(&addrs).await? {
+                top.push(c);
+            }
+            candidates = top.into_sorted();
+        }
+        let unindexed: Vec<Fragment> = manifest
+            .fragments
+            .iter()
+            .filter(|f| !owned_anywhere.contains(&f.id))
+            .cloned()
+            .collect();
+        if !unindexed.is_empty() {
+            Counters::add(
+                &self.counters.unindexed_rows,
+                unindexed
+                    .iter()
+                    .map(|f| {
+                        let covered = covered_rows.get(&f.id).map_or(0, |r| r.len());
+                        f.live_rows().saturating_sub(covered) as usize
+                    })
+                    .sum(),
+            );
+            let mut top = TopK::new(k);
+            for c in candidates
+                .into_iter()
+                .chain(self.brute_force(&unindexed, &covered_rows).await?)
+            {
+                top.push(c);
+            }
+            candidates = top.into_sorted();
+        }
+        // Rows whose distance is undefined (zero vectors under cosine) rank after all others;
+        // only keep them if there is room, exactly like `NULLS LAST`.
+        candidates.truncate(k);
+        Ok((candidates, vectors))
+    }
+}
