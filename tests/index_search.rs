@@ -1,0 +1,533 @@
+//! The index layer's KNN entry point (`fragvec::index::knn::search`) against a brute-force
+//! reference, on tables built through the format and index APIs (no SQL).
+//!
+//! The reference reads every live row's vector, applies the same mask, computes the exact
+//! key of each row (`f64`-free: the same `metric_key` the engine uses, so keys compare
+//! exactly) and keeps the k smallest by (key, address). Every search that probes all
+//! partitions must equal it; searches that probe fewer must still return k rows that exist,
+//! are live and pass the mask.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, AsArray, FixedSizeListArray, Float32Array, Int64Array, RecordBatch,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Float32Type, Schema, SchemaRef};
+use fragvec::format::index_meta::IndexKind;
+use fragvec::format::{
+    Database, NewFragment, NewRowIds, Operation, Snapshot, TableProperties, Transaction, commit,
+    read_fragment, write_fragments,
+};
+use fragvec::index::assigned::assigned_partitions;
+use fragvec::index::cache::IndexCache;
+use fragvec::index::distance::{Metric, metric_key};
+use fragvec::index::knn::{KnnAnswer, KnnRequest, search};
+use fragvec::index::optimize::{self, BuildOptions};
+use fragvec::ledger::ids::row_address;
+use fragvec::rewrite::compact::compact;
+use fragvec::rewrite::plan::CompactionOptions;
+use futures::StreamExt;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use roaring::{RoaringBitmap, RoaringTreemap};
+
+const DIM: usize = 8;
+const BLOBS: usize = 8;
+/// Rows of the indexed test table: 6 fragments of 1500.
+const ROWS: usize = 9000;
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new(
+            "emb",
+            DataType::FixedSizeList(
+                Arc::new(Field::new_list_field(DataType::Float32, true)),
+                DIM as i32,
+            ),
+            true,
+        ),
+    ]))
+}
+
+/// Blob centres, far apart, so partitions and blobs roughly coincide.
+fn centre(blob: usize) -> Vec<f32> {
+    (0..DIM)
+        .map(|d| if d == blob % DIM { 10.0 } else { 0.0 } * (1.0 + (blob / DIM) as f32))
+        .collect()
+}
+
+/// `n` rows with ids from `first`; row i lies near blob `i % BLOBS`; rows whose id is in
+/// `nulls` have a NULL vector.
+fn rows(first: i64, n: usize, rng: &mut StdRng, nulls: &HashSet<i64>) -> RecordBatch {
+    let ids: Vec<i64> = (first..first + n as i64).collect();
+    let mut values = Vec::with_capacity(n * DIM);
+    for id in &ids {
+        let c = centre(*id as usize % BLOBS);
+        values.extend(c.iter().map(|x| x + rng.random_range(-1.0f32..1.0)));
+    }
+    let validity: Vec<bool> = ids.iter().map(|id| !nulls.contains(id)).collect();
+    let list = FixedSizeListArray::try_new(
+        Arc::new(Field::new_list_field(DataType::Float32, true)),
+        DIM as i32,
+        Arc::new(Float32Array::from(values)),
+        Some(validity.into()),
+    )
+    .unwrap();
+    RecordBatch::try_new(
+        schema(),
+        vec![Arc::new(Int64Array::from(ids)), Arc::new(list)],
+    )
+    .unwrap()
+}
+
+async fn new_table() -> Snapshot {
+    // Each test gets its own in-process store.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let db = Database::open(&format!("memory://index-search-{n}"))
+        .await
+        .unwrap();
+    let props = TableProperties {
+        max_rows_per_fragment: 1500,
+        ..Default::default()
+    };
+    db.create_table("t", &schema(), props).await.unwrap()
+}
+
+async fn append(snap: &Snapshot, batch: RecordBatch) -> Snapshot {
+    let written = write_fragments(
+        &snap.dir,
+        &snap.schema,
+        futures::stream::iter(vec![Ok(batch)]),
+        snap.manifest.properties.max_rows_per_fragment,
+    )
+    .await
+    .unwrap();
+    let mut txn = Transaction::new(Operation::Append, snap.version());
+    txn.appends = written
+        .into_iter()
+        .map(|w| NewFragment {
+            written: w,
+            row_ids: NewRowIds::Fresh,
+        })
+        .collect();
+    commit(&snap.dir, &snap.manifest, &txn).await.unwrap()
+}
+
+async fn delete(snap: &Snapshot, addrs: &[u64]) -> Snapshot {
+    let mut txn = Transaction::new(Operation::Delete, snap.version());
+    for a in addrs {
+        txn.deletions
+            .entry(a >> 32)
+            .or_insert_with(RoaringBitmap::new)
+            .insert((a & 0xFFFF_FFFF) as u32);
+    }
+    commit(&snap.dir, &snap.manifest, &txn).await.unwrap()
+}
+
+async fn with_index(snap: &Snapshot, kind: IndexKind, metric: Metric) -> Snapshot {
+    let opts = BuildOptions {
+        metric,
+        num_partitions: Some(BLOBS),
+        sample_size: None,
+    };
+    optimize::create(snap, "i", "emb", kind, &opts)
+        .await
+        .unwrap();
+    snap.dir.latest().await.unwrap()
+}
+
+/// Every live row: address, id, vector (None for NULL).
+async fn live_rows(snap: &Snapshot) -> Vec<(u64, i64, Option<Vec<f32>>)> {
+    let mut out = Vec::new();
+    for f in &snap.manifest.fragments {
+        let deleted = snap.dir.read_deletions(f).await.unwrap();
+        let mut stream = read_fragment(snap.dir.clone(), f, snap.schema.clone(), 4096);
+        let mut offset = 0u64;
+        while let Some(batch) = stream.next().await {
+            let batch = batch.unwrap();
+            let ids = batch
+                .column(0)
+                .as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+            let list = batch.column(1).as_fixed_size_list();
+            let values = list.values().as_primitive::<Float32Type>().values();
+            for i in 0..batch.num_rows() {
+                let o = offset + i as u64;
+                if !deleted.contains(o as u32) {
+                    let v = list
+                        .is_valid(i)
+                        .then(|| values[i * DIM..(i + 1) * DIM].to_vec());
+                    out.push((row_address(f.id, o), ids.value(i), v));
+                }
+            }
+            offset += batch.num_rows() as u64;
+        }
+    }
+    out
+}
+
+/// The exact answer: (key, address) of the k nearest live rows passing the mask.
+async fn reference(
+    snap: &Snapshot,
+    q: &[f32],
+    metric: Metric,
+    k: usize,
+    mask: Option<&RoaringTreemap>,
+) -> Vec<(f32, u64)> {
+    let mut all: Vec<(f32, u64)> = live_rows(snap)
+        .await
+        .into_iter()
+        .filter(|(a, _, _)| mask.is_none_or(|m| m.contains(*a)))
+        .map(|(a, _, v)| {
+            let key = v
+                .and_then(|v| metric_key(metric, q, &v))
+                .unwrap_or(f32::INFINITY);
+            (key, a)
+        })
+        .collect();
+    all.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+    all.truncate(k);
+    all
+}
+
+struct Query<'a> {
+    q: &'a [f32],
+    metric: Metric,
+    k: usize,
+    nprobes: usize,
+    refine_factor: usize,
+    exact: bool,
+    mask: Option<&'a RoaringTreemap>,
+}
+
+impl<'a> Query<'a> {
+    fn new(q: &'a [f32]) -> Self {
+        Self {
+            q,
+            metric: Metric::L2,
+            k: 10,
+            nprobes: BLOBS,
+            refine_factor: 1,
+            exact: false,
+            mask: None,
+        }
+    }
+}
+
+async fn run(snap: &Snapshot, query: &Query<'_>) -> KnnAnswer {
+    let cache = IndexCache::new(64 << 20);
+    let index = snap.manifest.index("i").cloned();
+    let request = KnnRequest {
+        snapshot: snap,
+        column: "emb",
+        vector: query.q,
+        metric: query.metric,
+        k: query.k,
+        index: if query.exact { None } else { index.as_ref() },
+        nprobes: query.nprobes,
+        refine_factor: query.refine_factor,
+        mask: query.mask,
+    };
+    search(request, &cache).await.unwrap()
+}
+
+fn got(answer: &KnnAnswer) -> Vec<(f32, u64)> {
+    answer.candidates.iter().map(|c| (c.key, c.addr)).collect()
+}
+
+/// A table of 6 × 1500 rows in 8 blobs, indexed with 8 partitions.
+async fn indexed_table(kind: IndexKind, metric: Metric) -> (Snapshot, StdRng) {
+    let mut rng = StdRng::seed_from_u64(7);
+    let snap = new_table().await;
+    let snap = append(&snap, rows(0, ROWS, &mut rng, &HashSet::new())).await;
+    (with_index(&snap, kind, metric).await, rng)
+}
+
+fn query_near(blob: usize) -> Vec<f32> {
+    centre(blob).iter().map(|x| x + 0.25).collect()
+}
+
+#[tokio::test]
+async fn unfiltered_search_takes_the_fast_path_and_matches_the_reference() {
+    let (snap, _) = indexed_table(IndexKind::IvfFlat, Metric::L2).await;
+    for metric_q in [query_near(0), query_near(3)] {
+        let answer = run(&snap, &Query::new(&metric_q)).await;
+        assert_eq!(
+            got(&answer),
+            reference(&snap, &metric_q, Metric::L2, 10, None).await
+        );
+        let s = answer.stats;
+        assert_eq!(s.segments_searched, 1);
+        // The fast path checks no row against a mask.
+        assert_eq!(
+            (s.dropped_ownership, s.dropped_deleted, s.dropped_filter),
+            (0, 0, 0)
+        );
+        // IVF_FLAT answers carry the rows' vectors.
+        assert!(
+            answer
+                .candidates
+                .iter()
+                .all(|c| answer.vectors.contains_key(&c.addr))
+        );
+    }
+}
+
+#[tokio::test]
+async fn deleted_rows_are_dropped_before_the_local_top_k() {
+    let (snap, _) = indexed_table(IndexKind::IvfFlat, Metric::L2).await;
+    let q = query_near(1);
+    let before = reference(&snap, &q, Metric::L2, 10, None).await;
+    // Delete the five nearest rows: they must not come back, and the next ones fill in.
+    let gone: Vec<u64> = before.iter().take(5).map(|(_, a)| *a).collect();
+    let snap = delete(&snap, &gone).await;
+    let answer = run(&snap, &Query::new(&q)).await;
+    assert_eq!(
+        got(&answer),
+        reference(&snap, &q, Metric::L2, 10, None).await
+    );
+    assert!(answer.candidates.iter().all(|c| !gone.contains(&c.addr)));
+    assert!(answer.stats.dropped_deleted >= 5);
+}
+
+#[tokio::test]
+async fn row_mask_applies_before_the_local_top_k() {
+    let (snap, _) = indexed_table(IndexKind::IvfFlat, Metric::L2).await;
+    let q = query_near(2);
+    // Even ids only: more rows than the exact-scoring threshold, so the index path runs.
+    let mask: RoaringTreemap = live_rows(&snap)
+        .await
+        .into_iter()
+        .filter(|(_, id, _)| id % 2 == 0)
+        .map(|(a, _, _)| a)
+        .collect();
+    assert!(mask.len() > fragvec::index::knn::EXACT_MASK_ROWS);
+    let query = Query {
+        mask: Some(&mask),
+        ..Query::new(&q)
+    };
+    let answer = run(&snap, &query).await;
+    assert!(!answer.stats.exact_mask);
+    assert_eq!(
+        got(&answer),
+        reference(&snap, &q, Metric::L2, 10, Some(&mask)).await
+    );
+    assert!(answer.stats.dropped_filter > 0);
+}
+
+#[tokio::test]
+async fn a_selective_mask_is_scored_exactly() {
+    let (snap, _) = indexed_table(IndexKind::IvfFlat, Metric::L2).await;
+    let q = query_near(4);
+    let mask: RoaringTreemap = live_rows(&snap)
+        .await
+        .into_iter()
+        .filter(|(_, id, _)| id % 97 == 0)
+        .map(|(a, _, _)| a)
+        .collect();
+    let query = Query {
+        mask: Some(&mask),
+        nprobes: 1,
+        ..Query::new(&q)
+    };
+    let answer = run(&snap, &query).await;
+    assert!(answer.stats.exact_mask);
+    assert_eq!(answer.stats.partitions_probed, 0);
+    assert_eq!(
+        got(&answer),
+        reference(&snap, &q, Metric::L2, 10, Some(&mask)).await
+    );
+}
+
+#[tokio::test]
+async fn probes_grow_until_k_qualifying_rows_are_found() {
+    let (snap, _) = indexed_table(IndexKind::IvfFlat, Metric::L2).await;
+    let q = query_near(5);
+    // Leave out every row of the query's nearest partition (as the index assigned them).
+    let cache = IndexCache::new(1 << 20);
+    let def = snap.manifest.index("i").unwrap();
+    let model = cache.model(&snap.dir, def).await.unwrap();
+    let nearest = model.probe_order(&q)[0] as u32;
+    let assigned = assigned_partitions(&snap, def, &model, &cache)
+        .await
+        .unwrap();
+    let mask: RoaringTreemap = live_rows(&snap)
+        .await
+        .into_iter()
+        .filter(|(a, _, _)| assigned[&(a >> 32)][(a & 0xFFFF_FFFF) as usize] != nearest)
+        .map(|(a, _, _)| a)
+        .collect();
+    assert!(mask.len() > fragvec::index::knn::EXACT_MASK_ROWS);
+    let query = Query {
+        mask: Some(&mask),
+        nprobes: 1,
+        ..Query::new(&q)
+    };
+    let answer = run(&snap, &query).await;
+    assert_eq!(answer.candidates.len(), 10);
+    assert!(answer.candidates.iter().all(|c| mask.contains(c.addr)));
+    assert!(answer.stats.partitions_probed > 1, "{:?}", answer.stats);
+    // Probing everything is exact.
+    let all = Query {
+        mask: Some(&mask),
+        ..Query::new(&q)
+    };
+    assert_eq!(
+        got(&run(&snap, &all).await),
+        reference(&snap, &q, Metric::L2, 10, Some(&mask)).await
+    );
+}
+
+#[tokio::test]
+async fn unindexed_fragments_and_compacted_rows_merge_into_one_answer() {
+    let (snap, mut rng) = indexed_table(IndexKind::IvfFlat, Metric::L2).await;
+    // Deletions everywhere, then a compaction (rows move; the segment is translated
+    // through the ledger), then new rows no segment owns (brute force).
+    let victims: Vec<u64> = live_rows(&snap)
+        .await
+        .into_iter()
+        .filter(|(_, id, _)| id % 3 == 0)
+        .map(|(a, _, _)| a)
+        .collect();
+    let snap = delete(&snap, &victims).await;
+    let options = CompactionOptions {
+        target_rows_per_fragment: 1500,
+        max_rows_per_fragment: 1500,
+        deletion_threshold: 0.1,
+        ..Default::default()
+    };
+    let (snap, metrics) = compact(&snap, &options).await.unwrap();
+    assert!(metrics.fragments_removed > 0, "{metrics:?}");
+    assert!(!snap.manifest.reuse_ledger.is_empty());
+    let snap = append(&snap, rows(10_000, 700, &mut rng, &HashSet::new())).await;
+    for blob in 0..BLOBS {
+        let q = query_near(blob);
+        let answer = run(&snap, &Query::new(&q)).await;
+        assert_eq!(
+            got(&answer),
+            reference(&snap, &q, Metric::L2, 10, None).await,
+            "blob {blob}"
+        );
+        assert_eq!(answer.stats.unindexed_rows, 700);
+    }
+}
+
+#[tokio::test]
+async fn pq_candidates_are_reranked_with_exact_distances() {
+    let (snap, _) = indexed_table(IndexKind::IvfPq { num_sub_vectors: 4 }, Metric::L2).await;
+    let q = query_near(6);
+    let query = Query {
+        refine_factor: 40,
+        ..Query::new(&q)
+    };
+    let answer = run(&snap, &query).await;
+    // Keys are exact distances (re-ranked), so the answer equals the reference.
+    assert_eq!(
+        got(&answer),
+        reference(&snap, &q, Metric::L2, 10, None).await
+    );
+    // PQ answers carry no vectors: fetching reads them from the table.
+    assert!(answer.vectors.is_empty());
+}
+
+#[tokio::test]
+async fn cosine_and_dot_indexes_match_their_references() {
+    for metric in [Metric::Cosine, Metric::Dot] {
+        let (snap, _) = indexed_table(IndexKind::IvfFlat, metric).await;
+        let q = query_near(7);
+        let query = Query {
+            metric,
+            ..Query::new(&q)
+        };
+        assert_eq!(
+            got(&run(&snap, &query).await),
+            reference(&snap, &q, metric, 10, None).await,
+            "{metric:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn exact_search_without_an_index_matches_the_reference() {
+    let (snap, _) = indexed_table(IndexKind::IvfFlat, Metric::L2).await;
+    let q = query_near(0);
+    let query = Query {
+        exact: true,
+        k: 25,
+        ..Query::new(&q)
+    };
+    let answer = run(&snap, &query).await;
+    assert_eq!(
+        got(&answer),
+        reference(&snap, &q, Metric::L2, 25, None).await
+    );
+    assert_eq!(answer.stats.segments_searched, 0);
+    assert_eq!(answer.stats.rows_scored, ROWS);
+}
+
+#[tokio::test]
+async fn rows_the_index_cannot_return_make_the_search_exact() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let snap = new_table().await;
+    let nulls: HashSet<i64> = (0..40).filter(|i| i % 4 == 0).collect();
+    let snap = append(&snap, rows(0, 40, &mut rng, &nulls)).await;
+    let snap = with_index(&snap, IndexKind::IvfFlat, Metric::L2).await;
+    let q = query_near(0);
+    // 30 rows have vectors; asking for 35 needs 5 NULL-vector rows, which only an exact
+    // scan can return (last, with an undefined distance).
+    let query = Query {
+        k: 35,
+        ..Query::new(&q)
+    };
+    let answer = run(&snap, &query).await;
+    assert_eq!(answer.stats.exact_fallbacks, 1);
+    assert_eq!(
+        got(&answer),
+        reference(&snap, &q, Metric::L2, 35, None).await
+    );
+    let undefined = answer
+        .candidates
+        .iter()
+        .filter(|c| c.key == f32::INFINITY)
+        .count();
+    assert_eq!(undefined, 5);
+}
+
+#[tokio::test]
+async fn a_huge_k_is_bounded_by_the_rows_that_exist() {
+    let (snap, _) = indexed_table(IndexKind::IvfFlat, Metric::L2).await;
+    let q = query_near(0);
+    for exact in [false, true] {
+        let query = Query {
+            k: 1 << 40,
+            exact,
+            ..Query::new(&q)
+        };
+        assert_eq!(run(&snap, &query).await.candidates.len(), ROWS);
+    }
+}
+
+#[tokio::test]
+async fn a_query_of_the_wrong_dimension_is_an_error_naming_the_column() {
+    let (snap, _) = indexed_table(IndexKind::IvfFlat, Metric::L2).await;
+    let cache = IndexCache::new(1 << 20);
+    let index = snap.manifest.index("i").cloned();
+    let request = KnnRequest {
+        snapshot: &snap,
+        column: "emb",
+        vector: &[1.0, 2.0],
+        metric: Metric::L2,
+        k: 3,
+        index: index.as_ref(),
+        nprobes: 2,
+        refine_factor: 1,
+        mask: None,
+    };
+    let err = search(request, &cache).await.unwrap_err().to_string();
+    assert!(
+        err.contains("2 dimensions") && err.contains("'emb'"),
+        "{err}"
+    );
+}
