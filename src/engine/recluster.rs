@@ -29,7 +29,7 @@ use crate::format::{Database, Operation, Snapshot, Transaction, commit};
 use crate::index::assigned::assigned_partitions;
 use crate::index::cache::IndexCache;
 use crate::rewrite::live_rows;
-use crate::rewrite::recluster::{ReclusterSpec, recluster};
+use crate::rewrite::recluster::{ReclusterSpec, RowColumns, recluster};
 
 /// Key expressions compiled against the columns they use.
 #[derive(Debug, Clone)]
@@ -41,6 +41,27 @@ pub struct CompiledExprs {
 
 fn plan_err<T>(msg: impl Into<String>) -> Result<T> {
     Err(DataFusionError::Plan(msg.into()))
+}
+
+/// The key is evaluated here, in the engine: the rewrite layer sees only the arrays.
+impl RowColumns for CompiledExprs {
+    fn input_schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn evaluate(
+        &self,
+        batch: &RecordBatch,
+    ) -> std::result::Result<Vec<ArrayRef>, Box<dyn std::error::Error + Send + Sync>> {
+        self.exprs
+            .iter()
+            .map(|e| {
+                e.evaluate(batch)
+                    .and_then(|v| v.into_array(batch.num_rows()))
+                    .map_err(|err| format!("evaluating {e}: {err}").into())
+            })
+            .collect()
+    }
 }
 
 /// Compiles SQL expressions over the rows of `snapshot`'s table.
@@ -168,14 +189,13 @@ pub async fn run_recluster(
     let compiled = compile(state, snapshot, &keys, cache).await?;
     let filter = match filter {
         None => None,
-        Some(text) => {
-            let c = compile(state, snapshot, &[text.to_string()], cache).await?;
-            Some((c.exprs[0].clone(), c.schema))
-        }
+        Some(text) => Some(
+            Arc::new(compile(state, snapshot, &[text.to_string()], cache).await?)
+                as Arc<dyn RowColumns>,
+        ),
     };
     let mut spec = ReclusterSpec {
-        keys: compiled.exprs,
-        key_schema: compiled.schema,
+        keys: Arc::new(compiled),
         filter,
         destinations: None,
         target_rows_per_fragment: snapshot.manifest.properties.max_rows_per_fragment,

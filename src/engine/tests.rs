@@ -510,9 +510,8 @@ async fn recluster_races_dml_and_compaction() {
         .await
         .unwrap();
     let spec = ReclusterSpec {
-        keys: keys.exprs,
-        key_schema: keys.schema,
-        filter: Some((filter.exprs[0].clone(), filter.schema)),
+        keys: std::sync::Arc::new(keys),
+        filter: Some(std::sync::Arc::new(filter)),
         destinations: Some(4),
         target_rows_per_fragment: 10,
     };
@@ -726,7 +725,7 @@ async fn known_ivf_partitions_equal_computed_ones() {
         .unwrap();
     // Rows of fragments the segment still owns come from the index: all but the updated
     // fragments' (invalidated) and the new row.
-    let known = super::recluster::known_partitions(
+    let known = crate::index::assigned::assigned_partitions(
         &snapshot,
         &snapshot.manifest.indexes[0],
         &model,

@@ -31,6 +31,14 @@ pub enum RewriteError {
     Format(#[from] FormatError),
     #[error(transparent)]
     Index(#[from] crate::index::IndexError),
+    /// The RECLUSTER key (or filter) could not be evaluated over the rows.
+    #[error("cannot evaluate the RECLUSTER key: {source}")]
+    KeyEvaluation {
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("RECLUSTER ... WHERE needs a boolean")]
+    FilterNotBoolean,
 }
 
 impl From<datafusion::arrow::error::ArrowError> for RewriteError {
@@ -44,7 +52,9 @@ impl RewriteError {
         match self {
             RewriteError::Format(e) => e.is_retryable(),
             RewriteError::Index(e) => e.is_retryable(),
-            RewriteError::Plan(_) => false,
+            RewriteError::Plan(_)
+            | RewriteError::KeyEvaluation { .. }
+            | RewriteError::FilterNotBoolean => false,
         }
     }
 }

@@ -12,13 +12,12 @@ use std::sync::Arc;
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::{RowConverter, SortField};
-use datafusion::physical_expr::PhysicalExpr;
 use futures::StreamExt;
 use object_store::{ObjectStoreExt, PutPayload};
 use roaring::RoaringBitmap;
 
 use super::partition::{boundaries, destination};
-use super::{Result, live_rows, read_ahead};
+use super::{Result, RewriteError, live_rows, read_ahead};
 
 /// Fragments decoded ahead of the one being consumed.
 const READ_AHEAD: usize = 2;
@@ -31,14 +30,27 @@ use crate::format::{
 };
 use crate::ledger::row_map::{DEFAULT_BLOCK_ROWS, MAX_DESTINATIONS, RowMapWriter, SourceRows};
 
+/// Evaluated columns of the rows a recluster reads: the key, or the `WHERE` filter (one
+/// boolean column). The engine implements it with DataFusion expressions; this layer only
+/// sees the evaluated arrays.
+pub trait RowColumns: std::fmt::Debug + Send + Sync {
+    /// The columns the evaluation reads (table columns, and `_rowaddr` if named): the rows
+    /// are read with this schema.
+    fn input_schema(&self) -> SchemaRef;
+    /// The evaluated columns of one batch of rows (one array per key part, same length).
+    fn evaluate(
+        &self,
+        batch: &RecordBatch,
+    ) -> std::result::Result<Vec<ArrayRef>, Box<dyn std::error::Error + Send + Sync>>;
+}
+
 /// A compiled RECLUSTER statement.
 #[derive(Debug, Clone)]
 pub struct ReclusterSpec {
-    /// Key expressions over `key_schema` (a projection of the table schema).
-    pub keys: Vec<Arc<dyn PhysicalExpr>>,
-    pub key_schema: SchemaRef,
+    /// The key, evaluated per batch of live rows.
+    pub keys: Arc<dyn RowColumns>,
     /// `WHERE p`: only fragments holding a live row that satisfies it are rewritten.
-    pub filter: Option<(Arc<dyn PhysicalExpr>, SchemaRef)>,
+    pub filter: Option<Arc<dyn RowColumns>>,
     /// Number of destinations, or `None` for live rows / `target_rows_per_fragment`.
     pub destinations: Option<usize>,
     pub target_rows_per_fragment: u64,
@@ -54,28 +66,29 @@ pub struct ReclusterMetrics {
     pub version: u64,
 }
 
-fn eval(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch) -> Result<ArrayRef> {
-    Ok(expr
+fn eval(columns: &dyn RowColumns, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+    columns
         .evaluate(batch)
-        .and_then(|v| v.into_array(batch.num_rows()))
-        .map_err(|e| FormatError::invalid(format!("evaluating {expr}: {e}")))?)
+        .map_err(|source| RewriteError::KeyEvaluation { source })
 }
 
 /// The fragments RECLUSTER rewrites: all, or those with a live row passing the filter.
 async fn sources(snapshot: &Snapshot, spec: &ReclusterSpec) -> Result<Vec<Fragment>> {
     let mut out = Vec::new();
     for f in &snapshot.manifest.fragments {
-        let Some((filter, schema)) = &spec.filter else {
+        let Some(filter) = &spec.filter else {
             out.push(f.clone());
             continue;
         };
         let deleted = Arc::new(snapshot.dir.read_deletions(f).await?);
-        let mut rows = live_rows(snapshot, f, deleted, schema.clone());
+        let mut rows = live_rows(snapshot, f, deleted, filter.input_schema());
         let mut hit = false;
         while let Some(batch) = rows.next().await {
-            let mask = eval(filter, &batch?)?;
-            let mask = datafusion::arrow::array::AsArray::as_boolean_opt(mask.as_ref())
-                .ok_or_else(|| FormatError::invalid("RECLUSTER ... WHERE needs a boolean"))?;
+            let mask = eval(filter.as_ref(), &batch?)?;
+            let mask = mask
+                .first()
+                .and_then(|m| datafusion::arrow::array::AsArray::as_boolean_opt(m.as_ref()))
+                .ok_or(RewriteError::FilterNotBoolean)?;
             if mask.true_count() > 0 {
                 hit = true;
                 break;
@@ -112,16 +125,11 @@ pub async fn recluster(
     let reads: Vec<_> = sources
         .iter()
         .zip(&deletions)
-        .map(|(f, d)| live_rows(snapshot, f, d.clone(), spec.key_schema.clone()))
+        .map(|(f, d)| live_rows(snapshot, f, d.clone(), spec.keys.input_schema()))
         .collect();
     let mut rows = read_ahead(reads, READ_AHEAD);
     while let Some(batch) = rows.next().await {
-        let batch = batch?;
-        let mut cols = Vec::with_capacity(spec.keys.len());
-        for k in &spec.keys {
-            cols.push(eval(k, &batch)?);
-        }
-        key_columns.push(cols);
+        key_columns.push(eval(spec.keys.as_ref(), &batch?)?);
     }
     let fields: Vec<SortField> = match key_columns.first() {
         Some(cols) => cols
