@@ -34,6 +34,11 @@
 //! deletions onto the union of the deletion vectors, rewrites at their sources' position.
 //! The commit loop adds one reason of its own, [`Conflict::TooManyConcurrentCommits`].
 //!
+//! What these rules decide for every pair of operations (append, delete, update by rows or
+//! by columns, compaction, index create / append / merge / drop) on the same rows, other
+//! rows of the same fragment or disjoint fragments is pinned by the table in
+//! `conflict/matrix.rs` (test only).
+//!
 //! Ids: fragment ids in a [`Conflict`] are those of the version read (which, for every rule
 //! above, are also ids in `latest`); segment ids are the manifest's.
 //! Cost: lookups by fragment id over the touched fragments, segments and rewrite sources;
@@ -243,6 +248,9 @@ pub fn check_applied(next: &Manifest) -> Result<(), Conflict> {
     next.validate()
         .map_err(|reason| Conflict::InvalidAfterRebase { reason })
 }
+
+#[cfg(test)]
+mod matrix;
 
 #[cfg(test)]
 mod tests {
