@@ -39,8 +39,8 @@
 //! rows of the same fragment or disjoint fragments is pinned by the table in
 //! `conflict/matrix.rs` (test only).
 //!
-//! Ids: fragment ids in a [`Conflict`] are those of the version read (which, for every rule
-//! above, are also ids in `latest`); segment ids are the manifest's.
+//! Ids: a fragment id in a [`Conflict`] names a fragment as the statement read it (rules
+//! 1–4) or as the rebased manifest holds it (rule 5); segment ids are the manifest's.
 //! Cost: lookups by fragment id over the touched fragments, segments and rewrite sources;
 //! [`check_applied`] walks every segment's ownership once and validates the manifest.
 

@@ -3,7 +3,7 @@
 //! [`apply`] is the whole of it: deletion vectors (already written and merged by the
 //! caller), in-place column rewrites (marking segments that held the old values of an
 //! indexed column stale for that fragment), rewrites spliced in at their sources' position
-//! ([`splice`], recording a ledger transition when a segment still names a source),
+//! (`splice`, recording a ledger transition when a segment still names a source),
 //! appends at the end with fresh fragment ids ([`allocate_ids`]) and row ids, the index
 //! change, the `CLUSTER BY` key, and the ledger trimmed to the transitions segments need.
 //!
