@@ -1,4 +1,7 @@
-//! Errors of the table-format layer.
+//! Errors of the table-format layer: one enum, [`FormatError`], for every module under
+//! `format`, with the table, path or version it concerns. A commit conflict carries its
+//! typed reason ([`crate::format::commit::Conflict`]); [`FormatError::is_retryable`] is
+//! what the statement retry loop ([`crate::format::commit::retry`]) asks.
 
 use std::fmt;
 
@@ -17,13 +20,15 @@ pub enum FormatError {
     VersionNotFound { table: String, version: u64 },
     #[error("invalid input: {0}")]
     InvalidInput(String),
-    /// Another writer committed something this transaction cannot be rebased over.
-    /// The statement may re-read the table and try again.
+    /// Another writer committed something this transaction cannot be rebased over
+    /// (`version`: the latest version the commit saw). The statement may re-read the table
+    /// and try again. `reason` says which rule of [`crate::format::commit::conflict`] failed.
     #[error("commit conflict on table '{table}' at version {version}: {reason} (retryable)")]
     Conflict {
         table: String,
         version: u64,
-        reason: String,
+        #[source]
+        reason: crate::format::commit::Conflict,
     },
     #[error("corrupt file {path}: {reason}")]
     Corrupt { path: String, reason: String },
