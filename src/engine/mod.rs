@@ -10,6 +10,7 @@
 pub mod catalog;
 pub mod cluster_udf;
 pub mod dml;
+pub mod error;
 pub mod functions;
 pub mod index_ops;
 pub mod knn;

@@ -28,6 +28,7 @@ use datafusion::sql::sqlparser::parser::Parser;
 
 use super::catalog::{FragvecSchema, RelationName};
 use super::dml::RowChanges;
+pub use super::error::is_retryable;
 use super::functions;
 use super::index_ops;
 use super::knn_rule::KnnRule;
@@ -834,16 +835,6 @@ fn count_of(result: &StatementResult) -> u64 {
                 .downcast_ref::<datafusion::arrow::array::UInt64Array>()
         })
         .map_or(0, |c| c.value(0))
-}
-
-/// Whether an error is a commit conflict the statement may retry.
-pub fn is_retryable(e: &DataFusionError) -> bool {
-    match e.find_root() {
-        DataFusionError::External(inner) => inner
-            .downcast_ref::<FormatError>()
-            .is_some_and(FormatError::is_retryable),
-        _ => false,
-    }
 }
 
 /// `VECTOR(n)` → `FLOAT[n]`, which DataFusion plans as `FixedSizeList<Float32>[n]`.
