@@ -22,6 +22,7 @@ pub mod provider;
 pub mod recluster;
 pub mod scan;
 pub mod session;
+pub mod statements;
 pub mod types;
 pub mod udf;
 pub mod write;
