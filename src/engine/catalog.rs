@@ -10,7 +10,7 @@ use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
 use datafusion::catalog::{SchemaProvider, TableProvider};
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::{DataFusionError, Result, plan_err};
 
 pub use crate::sql::pin::RelationName;
 
@@ -120,9 +120,7 @@ impl SchemaProvider for FragvecSchema {
         table: Arc<dyn TableProvider>,
     ) -> Result<Option<Arc<dyn TableProvider>>> {
         if self.known.read().expect("lock").contains(&name) {
-            return Err(DataFusionError::Plan(format!(
-                "table '{name}' already exists"
-            )));
+            return plan_err!("table '{name}' already exists");
         }
         Ok(self
             .session_tables

@@ -14,7 +14,7 @@ use datafusion::arrow::compute::{and, filter_record_batch, prep_null_mask_filter
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{DataFusionError, Result, Statistics};
+use datafusion::common::{Result, Statistics, internal_datafusion_err, internal_err};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
@@ -199,9 +199,7 @@ impl ExecutionPlan for FragmentScanExec {
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         if partition != 0 {
-            return Err(DataFusionError::Internal(format!(
-                "FragmentScanExec has one partition, asked for {partition}"
-            )));
+            return internal_err!("FragmentScanExec has one partition, asked for {partition}");
         }
         let batch_size = context.session_config().batch_size();
         let parallelism = context.session_config().target_partitions().max(1);
@@ -287,15 +285,14 @@ async fn scan_fragment(
         }
     }
     if offset != fragment.physical_rows {
-        return Err(DataFusionError::External(Box::new(
-            crate::format::FormatError::corrupt(
-                format!("fragment {}", fragment.id),
-                format!(
-                    "read {offset} rows, manifest says {}",
-                    fragment.physical_rows
-                ),
+        return Err(crate::format::FormatError::corrupt(
+            format!("fragment {}", fragment.id),
+            format!(
+                "read {offset} rows, manifest says {}",
+                fragment.physical_rows
             ),
-        )));
+        )
+        .into());
     }
     Ok(())
 }
@@ -346,9 +343,7 @@ fn process_batch(
         let value = value
             .as_any()
             .downcast_ref::<BooleanArray>()
-            .ok_or_else(|| {
-                DataFusionError::Internal(format!("filter returned {}", value.data_type()))
-            })?;
+            .ok_or_else(|| internal_datafusion_err!("filter returned {}", value.data_type()))?;
         let value = if value.null_count() > 0 {
             prep_null_mask_filter(value)
         } else {
