@@ -1,17 +1,29 @@
 //! fragvec: versioned fragment tables with vector search, for Apache DataFusion.
 //!
-//! Layers; each uses only the ones below it:
+//! Seven layers; each uses only the ones below it (`tests/layering.rs` checks this):
+//!
+//! ```text
+//! cli ─▶ engine ─▶ sql ─▶ rewrite ─▶ index ─▶ format ─▶ ledger
+//! ```
 //!
 //! * [`cli`]: the `fragvec` binary's shell, output formats and demo.
-//! * [`engine`]: the DataFusion glue (session and statement front end, catalog, table
-//!   provider, scan / insert / KNN operators, the KNN optimizer rule, distance UDFs, table
-//!   functions, options). The only module that implements DataFusion traits.
+//! * [`engine`]: the DataFusion glue and nothing else: session and statement routing by
+//!   family, catalog, table provider, scan / insert / KNN operators, the KNN optimizer rule,
+//!   UDFs and table functions, options, and the one place where layer errors become
+//!   `DataFusionError`. The only module that implements DataFusion traits.
 //! * [`sql`]: parsing (fragvec's statements first, then DataFusion's), relation pinning, DML
 //!   finder queries and the `knn(...)` rewrite; works on ASTs, needs no session.
-//! * [`index`]: vector indexes: kernels, k-means, IVF/PQ models, segment files and their
-//!   cache, per-segment search with a row mask.
-//! * [`format`]: the table format (manifests, fragments, deletion vectors, row ids, index
-//!   metadata, optimistic commits). Speaks Arrow and `object_store` only.
+//! * [`rewrite`]: COMPACT and RECLUSTER: pure planners, execution over row streams and
+//!   already evaluated keys, one commit per rewrite recorded in the reuse ledger.
+//! * [`index`]: vector indexes: kernels, k-means, IVF / PQ models, segment files, segment
+//!   ownership, the index cache (one byte budget), the KNN search entry point, and index
+//!   maintenance (create, append, merge, retrain, drop).
+//! * [`format`]: the table format: manifests, fragments, deletion vectors, row ids, index
+//!   metadata, commits (pure conflict rules, rebase, one retry loop), time travel, VACUUM.
+//!   Speaks Arrow, Parquet and `object_store` only.
+//! * [`ledger`]: the ground floor, no IO: the id types every layer shares, the reuse
+//!   ledger's transitions, lineage order and validation, translation, ordered remaps and the
+//!   row-map arithmetic and codec.
 
 pub mod cli;
 pub mod engine;

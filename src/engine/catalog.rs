@@ -10,7 +10,7 @@ use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
 use datafusion::catalog::{SchemaProvider, TableProvider};
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::{DataFusionError, Result, plan_err};
 
 pub use crate::sql::pin::RelationName;
 
@@ -18,7 +18,7 @@ use super::options::FragvecOptions;
 use super::provider::FragvecTable;
 use super::scan::VirtualColumns;
 use crate::format::{Database, FormatError};
-use crate::index::segment::PartitionCache;
+use crate::index::cache::IndexCache;
 
 #[derive(Debug)]
 pub struct FragvecSchema {
@@ -28,7 +28,7 @@ pub struct FragvecSchema {
     /// Tables registered by the session itself, not stored in the database.
     session_tables: RwLock<HashMap<String, Arc<dyn TableProvider>>>,
     /// Index models, footers and partitions, shared by every query of the session.
-    index_cache: Arc<PartitionCache>,
+    index_cache: Arc<IndexCache>,
 }
 
 impl FragvecSchema {
@@ -37,15 +37,13 @@ impl FragvecSchema {
             db,
             known: RwLock::new(vec![]),
             session_tables: RwLock::default(),
-            index_cache: Arc::new(PartitionCache::new(
-                FragvecOptions::default().index_cache_bytes,
-            )),
+            index_cache: Arc::new(IndexCache::new(FragvecOptions::default().index_cache_bytes)),
         };
         schema.refresh().await?;
         Ok(schema)
     }
 
-    pub fn index_cache(&self) -> &Arc<PartitionCache> {
+    pub fn index_cache(&self) -> &Arc<IndexCache> {
         &self.index_cache
     }
 
@@ -120,9 +118,7 @@ impl SchemaProvider for FragvecSchema {
         table: Arc<dyn TableProvider>,
     ) -> Result<Option<Arc<dyn TableProvider>>> {
         if self.known.read().expect("lock").contains(&name) {
-            return Err(DataFusionError::Plan(format!(
-                "table '{name}' already exists"
-            )));
+            return plan_err!("table '{name}' already exists");
         }
         Ok(self
             .session_tables

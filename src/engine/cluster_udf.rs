@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, UInt32Array, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Float32Type, Float64Type};
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::{Result, plan_err};
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
@@ -78,10 +78,10 @@ impl ScalarUDFImpl for Zorder {
 
     fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
         if arg_types.is_empty() || arg_types.len() > ZORDER_MAX_ARGS {
-            return Err(DataFusionError::Plan(format!(
+            return plan_err!(
                 "zorder takes 1 to {ZORDER_MAX_ARGS} numeric arguments, got {}",
                 arg_types.len()
-            )));
+            );
         }
         arg_types
             .iter()
@@ -89,9 +89,7 @@ impl ScalarUDFImpl for Zorder {
                 if t.is_numeric() || t.is_null() {
                     Ok(DataType::Float64)
                 } else {
-                    Err(DataFusionError::Plan(format!(
-                        "zorder takes numeric arguments, got {t}"
-                    )))
+                    plan_err!("zorder takes numeric arguments, got {t}")
                 }
             })
             .collect()
@@ -192,25 +190,24 @@ impl ScalarUDFImpl for IvfPartition {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let Some(model) = &self.model else {
-            return Err(DataFusionError::Plan(
+            return plan_err!(
                 "ivf_partition(col) is available in RECLUSTER ... BY and recluster_information, \
                  where it is bound to the vector index on col"
-                    .into(),
-            ));
+            );
         };
         let array = args.args[0].to_array(args.number_rows)?;
         let DataType::FixedSizeList(item, dim) = array.data_type() else {
-            return Err(DataFusionError::Plan(format!(
+            return plan_err!(
                 "ivf_partition takes a vector column, got {}",
                 array.data_type()
-            )));
+            );
         };
         if *dim as usize != model.dim || item.data_type() != &DataType::Float32 {
-            return Err(DataFusionError::Plan(format!(
+            return plan_err!(
                 "ivf_partition: the index has {}-d vectors, the argument is {}",
                 model.dim,
                 array.data_type()
-            )));
+            );
         }
         let list = array.as_fixed_size_list();
         let values = list.values().as_primitive::<Float32Type>().values();

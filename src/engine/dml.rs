@@ -12,7 +12,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::compute::{concat_batches, interleave};
 use datafusion::arrow::datatypes::{SchemaRef, UInt64Type};
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::{Result, exec_err, internal_datafusion_err, internal_err};
 use futures::StreamExt;
 use roaring::RoaringBitmap;
 
@@ -98,9 +98,7 @@ impl RowChanges {
                     continue;
                 }
                 let Some(values) = &values else {
-                    return Err(DataFusionError::Internal(
-                        "finder lacks the table's columns".into(),
-                    ));
+                    return internal_err!("finder lacks the table's columns");
                 };
                 let indices = datafusion::arrow::array::UInt64Array::from(take);
                 let cols = values
@@ -136,10 +134,10 @@ impl RowChanges {
         for &a in self.deleted.iter().chain(&self.updated_addrs) {
             if !seen.insert(a) {
                 let (frag, offset) = split_row_address(a);
-                return Err(DataFusionError::Execution(format!(
+                return exec_err!(
                     "a target row (fragment {frag}, offset {offset}) matches more than one source \
                      row; MERGE may change each target row at most once"
-                )));
+                );
             }
         }
         Ok(())
@@ -247,7 +245,7 @@ fn column(batch: &RecordBatch, name: &str) -> Result<Arc<dyn Array>> {
     batch
         .column_by_name(name)
         .cloned()
-        .ok_or_else(|| DataFusionError::Internal(format!("finder lacks column {name}")))
+        .ok_or_else(|| internal_datafusion_err!("finder lacks column {name}"))
 }
 
 async fn write_batches(
@@ -288,9 +286,10 @@ async fn rewrite_columns(
     }
     let mut files = BTreeMap::new();
     for (frag_id, updates) in by_fragment {
-        let fragment = snapshot.manifest.fragment(frag_id).ok_or_else(|| {
-            DataFusionError::Internal(format!("updated row in unknown fragment {frag_id}"))
-        })?;
+        let fragment = snapshot
+            .manifest
+            .fragment(frag_id)
+            .ok_or_else(|| internal_datafusion_err!("updated row in unknown fragment {frag_id}"))?;
         let mut old = read_fragment(snapshot.dir.clone(), fragment, columns.clone(), 8192);
         let mut out = Vec::new();
         let mut offset = 0u64;
@@ -315,10 +314,10 @@ async fn rewrite_columns(
         }
         let (file, rows) = write_column_file(&snapshot.dir, out, &columns).await?;
         if rows != fragment.physical_rows {
-            return Err(DataFusionError::Internal(format!(
+            return internal_err!(
                 "column rewrite of fragment {frag_id} wrote {rows} of {} rows",
                 fragment.physical_rows
-            )));
+            );
         }
         files.insert(frag_id, file);
     }

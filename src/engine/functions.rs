@@ -12,7 +12,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
-use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::common::{Result, ScalarValue, plan_err};
 use datafusion::logical_expr::Expr;
 use datafusion::prelude::SessionContext;
 
@@ -135,10 +135,10 @@ impl TableFunctionImpl for Introspect {
                 t.clone()
             }
             _ => {
-                return Err(DataFusionError::Plan(format!(
+                return plan_err!(
                     "{}('table') takes one string argument: the table name",
                     self.kind.name()
-                )));
+                );
             }
         };
         self.db.table(&table)?;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{RecordBatch, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::{Result, plan_datafusion_err, plan_err};
 
 use crate::format::Snapshot;
 use crate::format::vacuum::{VacuumMetrics, vacuum};
@@ -24,9 +24,9 @@ pub fn compaction_options(
     };
     let int = |key: &str, value: &str| {
         value.parse::<u64>().map_err(|_| {
-            DataFusionError::Plan(format!(
+            plan_datafusion_err!(
                 "COMPACT option {key} must be a non-negative integer, got '{value}'"
-            ))
+            )
         })
     };
     for (key, value) in options {
@@ -36,21 +36,21 @@ pub fn compaction_options(
             "max_source_rows" => out.max_source_rows = Some(int(key, value)?),
             "deletion_threshold" => {
                 out.deletion_threshold = value.parse::<f64>().map_err(|_| {
-                    DataFusionError::Plan(format!(
+                    plan_datafusion_err!(
                         "COMPACT option deletion_threshold must be a number, got '{value}'"
-                    ))
+                    )
                 })?
             }
             other => {
-                return Err(DataFusionError::Plan(format!(
+                return plan_err!(
                     "unknown COMPACT option '{other}' (expected target_rows_per_fragment, \
                      max_source_fragments, max_source_rows or deletion_threshold)"
-                )));
+                );
             }
         }
     }
     out.validate()
-        .map_err(|e| DataFusionError::Plan(format!("COMPACT: {e}")))?;
+        .map_err(|e| plan_datafusion_err!("COMPACT: {e}"))?;
     Ok(out)
 }
 

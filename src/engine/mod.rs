@@ -1,16 +1,42 @@
 //! DataFusion glue: the only module that implements DataFusion traits.
 //!
-//! * [`session`]: `FragvecSession`, the statement front end, and [`register`];
+//! Statements and the session:
+//! * [`session`]: [`FragvecSession`], [`StatementResult`] and [`register`]; routes each
+//!   statement once to its family in [`statements`];
+//! * [`statements`]: one file per statement family: DDL, DML, queries, index statements,
+//!   COMPACT / RECLUSTER / VACUUM;
+//! * [`error`]: layer errors into `DataFusionError` (once), and which errors a statement
+//!   retries;
+//! * [`options`]: `SET fragvec.*` options; [`plan_cache`]: reused physical plans of KNN
+//!   queries.
+//!
+//! Tables, scans and writes:
 //! * [`catalog`]: the database as a schema provider;
 //! * [`provider`], [`scan`], [`write`]: the table provider and its scan / insert operators;
-//! * [`dml`]: applying DELETE, UPDATE and MERGE;
-//! * [`functions`]: introspection table functions;
-//! * [`options`]: `SET fragvec.*` options; [`types`]: `VECTOR(n)`.
+//! * [`dml`]: applying DELETE, UPDATE and MERGE (collecting a finder's rows, committing them);
+//! * [`types`], the SQL types fragvec adds: `VECTOR(n)`.
+//!
+//! Vector search:
+//! * [`knn`]: `KnnExec`, the k nearest rows through a vector index;
+//! * [`knn_rule`]: the physical optimizer rule that puts a `KnnExec` under `ORDER BY
+//!   distance LIMIT k`;
+//! * [`index_ops`]: building, dropping and optimizing vector indexes.
+//!
+//! Functions and maintenance:
+//! * [`udf`]: the vector distance functions; [`cluster_udf`]: `zorder` and `ivf_partition`;
+//! * [`functions`]: introspection table functions (`fragvec_fragments('t')`, ...);
+//! * [`maintenance`]: COMPACT and VACUUM; [`recluster`]: RECLUSTER, `ALTER TABLE ... CLUSTER
+//!   BY` and `recluster_information`.
+//!
+//! `tests` (test builds only): what needs more than one statement at a time or a model:
+//! concurrent sessions, randomized DML and rewrites against a model or exact KNN, damaged
+//! index files.
 
 pub mod catalog;
 pub mod cluster_udf;
 pub mod computed;
 pub mod dml;
+pub mod error;
 pub mod functions;
 pub mod index_ops;
 pub mod knn;
@@ -22,6 +48,7 @@ pub mod provider;
 pub mod recluster;
 pub mod scan;
 pub mod session;
+pub mod statements;
 pub mod types;
 pub mod udf;
 pub mod write;

@@ -4,7 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use datafusion::common::config::ConfigExtension;
-use datafusion::common::{DataFusionError, config_field, extensions_options};
+use datafusion::common::{DataFusionError, config_err, config_field, extensions_options};
 
 /// How UPDATE (and MERGE's matched updates) store new values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -24,9 +24,9 @@ impl FromStr for UpdateMode {
         match s.to_ascii_lowercase().as_str() {
             "rewrite_rows" => Ok(UpdateMode::RewriteRows),
             "rewrite_columns" => Ok(UpdateMode::RewriteColumns),
-            other => Err(DataFusionError::Configuration(format!(
+            other => config_err!(
                 "fragvec.update_mode must be 'rewrite_rows' or 'rewrite_columns', not '{other}'"
-            ))),
+            ),
         }
     }
 }

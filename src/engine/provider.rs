@@ -6,7 +6,9 @@ use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{Column, DFSchema, DataFusionError, Result};
+use datafusion::common::{
+    Column, DFSchema, DataFusionError, Result, not_impl_datafusion_err, not_impl_err, plan_err,
+};
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, TableType};
@@ -15,7 +17,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use super::scan::{FragmentScanExec, ROW_ADDR, ROW_ID, ScanSpec, VirtualColumns};
 use super::write::InsertExec;
 use crate::format::Snapshot;
-use crate::index::segment::PartitionCache;
+use crate::index::cache::IndexCache;
 
 #[derive(Debug)]
 pub struct FragvecTable {
@@ -23,14 +25,14 @@ pub struct FragvecTable {
     virtual_columns: VirtualColumns,
     /// Table columns followed by the virtual columns this provider exposes.
     schema: SchemaRef,
-    index_cache: Arc<PartitionCache>,
+    index_cache: Arc<IndexCache>,
 }
 
 impl FragvecTable {
     pub fn new(
         snapshot: Snapshot,
         virtual_columns: VirtualColumns,
-        index_cache: Arc<PartitionCache>,
+        index_cache: Arc<IndexCache>,
     ) -> Self {
         let mut fields: Vec<Field> = snapshot
             .schema
@@ -182,14 +184,12 @@ impl TableProvider for FragvecTable {
         insert_op: InsertOp,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         if insert_op != InsertOp::Append {
-            return Err(DataFusionError::NotImplemented(format!(
+            return not_impl_err!(
                 "{insert_op} is not supported by fragvec tables; use DELETE then INSERT"
-            )));
+            );
         }
         if self.virtual_columns != VirtualColumns::default() {
-            return Err(DataFusionError::Plan(
-                "cannot insert into virtual columns".into(),
-            ));
+            return plan_err!("cannot insert into virtual columns");
         }
         Ok(Arc::new(InsertExec::new(self.snapshot.clone(), input)))
     }
@@ -216,8 +216,8 @@ impl TableProvider for FragvecTable {
 /// predicates with subqueries. Rather than risk deleting everything, fragvec runs DML only
 /// through its own front end, which evaluates the full predicate.
 fn dml_through_front_end(op: &str) -> DataFusionError {
-    DataFusionError::NotImplemented(format!(
+    not_impl_datafusion_err!(
         "{op} on a fragvec table must go through fragvec's SQL front end \
          (FragvecSession::sql), which evaluates subqueries in the predicate exactly"
-    ))
+    )
 }

@@ -13,7 +13,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::common::{DFSchema, DataFusionError, Result, ScalarValue};
+use datafusion::common::{DFSchema, Result, ScalarValue, plan_datafusion_err, plan_err};
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::{Expr, ScalarUDF};
@@ -37,10 +37,6 @@ pub struct CompiledExprs {
     pub exprs: Vec<Arc<dyn PhysicalExpr>>,
     /// The table columns the expressions read, in table order.
     pub schema: SchemaRef,
-}
-
-fn plan_err<T>(msg: impl Into<String>) -> Result<T> {
-    Err(DataFusionError::Plan(msg.into()))
 }
 
 /// The key is evaluated here, in the engine: the rewrite layer sees only the arrays.
@@ -88,7 +84,7 @@ pub async fn compile(
                         wanted.insert(c.name.clone());
                     }
                     _ => {
-                        return plan_err("ivf_partition takes one vector column");
+                        return plan_err!("ivf_partition takes one vector column");
                     }
                 }
             }
@@ -103,10 +99,10 @@ pub async fn compile(
             .iter()
             .find(|i| i.column == column)
         else {
-            return plan_err(format!(
+            return plan_err!(
                 "ivf_partition({column}): table '{}' has no vector index on {column}",
                 snapshot.name()
-            ));
+            );
         };
         let model = cache.model(&snapshot.dir, def).await?;
         let known = Arc::new(assigned_partitions(snapshot, def, &model, cache).await?);
@@ -167,11 +163,11 @@ fn key_of(snapshot: &Snapshot, given: &[String]) -> Result<Vec<String>> {
     }
     let stored = &snapshot.manifest.properties.cluster_by;
     if stored.is_empty() {
-        return plan_err(format!(
+        return plan_err!(
             "RECLUSTER {} needs BY (...) or a key stored with ALTER TABLE {} CLUSTER BY (...)",
             snapshot.name(),
             snapshot.name()
-        ));
+        );
     }
     Ok(stored.clone())
 }
@@ -202,18 +198,16 @@ pub async fn run_recluster(
     };
     for (key, value) in options {
         let n: u64 = value.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
-            DataFusionError::Plan(format!(
-                "RECLUSTER option {key} must be a positive integer, got '{value}'"
-            ))
+            plan_datafusion_err!("RECLUSTER option {key} must be a positive integer, got '{value}'")
         })?;
         match key.as_str() {
             "target_rows_per_fragment" => spec.target_rows_per_fragment = n,
             "destinations" => spec.destinations = Some(n as usize),
             other => {
-                return plan_err(format!(
+                return plan_err!(
                     "unknown RECLUSTER option '{other}' (expected target_rows_per_fragment or \
                      destinations)"
-                ));
+                );
             }
         }
     }
@@ -360,12 +354,12 @@ impl TableFunctionImpl for ReclusterInformation {
             _ => (None, None),
         };
         let (Some(table), key) = (table, key) else {
-            return plan_err(
-                "recluster_information('table' [, 'key expression, ...']) takes strings",
+            return plan_err!(
+                "recluster_information('table' [, 'key expression, ...']) takes strings"
             );
         };
         let Some(key) = key.map_or(Some(None), |k| k.map(Some)) else {
-            return plan_err("recluster_information: the key must be a string");
+            return plan_err!("recluster_information: the key must be a string");
         };
         self.db.table(&table)?;
         Ok(Arc::new(ComputedTable(InfoTable {

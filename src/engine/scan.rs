@@ -14,7 +14,7 @@ use datafusion::arrow::compute::{and, filter_record_batch, prep_null_mask_filter
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{DataFusionError, Result, Statistics};
+use datafusion::common::{Result, Statistics, internal_datafusion_err, internal_err};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
@@ -32,7 +32,7 @@ use roaring::RoaringBitmap;
 use tokio::sync::mpsc::Sender;
 
 use crate::format::{Fragment, Snapshot, read_fragment};
-use crate::index::segment::PartitionCache;
+use crate::index::cache::IndexCache;
 use crate::ledger::ids::row_address;
 
 /// Which virtual columns a scan produces.
@@ -64,7 +64,7 @@ pub struct ScanSpec {
 pub struct FragmentScanExec {
     spec: ScanSpec,
     /// The session's index cache, for the KNN rule to hand to the search it substitutes.
-    index_cache: Option<Arc<PartitionCache>>,
+    index_cache: Option<Arc<IndexCache>>,
     schema: SchemaRef,
     metrics: ExecutionPlanMetricsSet,
     cache: Arc<PlanProperties>,
@@ -92,12 +92,12 @@ impl FragmentScanExec {
         &self.spec
     }
 
-    pub fn with_index_cache(mut self, cache: Arc<PartitionCache>) -> Self {
+    pub fn with_index_cache(mut self, cache: Arc<IndexCache>) -> Self {
         self.index_cache = Some(cache);
         self
     }
 
-    pub fn index_cache(&self) -> Option<&Arc<PartitionCache>> {
+    pub fn index_cache(&self) -> Option<&Arc<IndexCache>> {
         self.index_cache.as_ref()
     }
 }
@@ -199,9 +199,7 @@ impl ExecutionPlan for FragmentScanExec {
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         if partition != 0 {
-            return Err(DataFusionError::Internal(format!(
-                "FragmentScanExec has one partition, asked for {partition}"
-            )));
+            return internal_err!("FragmentScanExec has one partition, asked for {partition}");
         }
         let batch_size = context.session_config().batch_size();
         let parallelism = context.session_config().target_partitions().max(1);
@@ -287,15 +285,14 @@ async fn scan_fragment(
         }
     }
     if offset != fragment.physical_rows {
-        return Err(DataFusionError::External(Box::new(
-            crate::format::FormatError::corrupt(
-                format!("fragment {}", fragment.id),
-                format!(
-                    "read {offset} rows, manifest says {}",
-                    fragment.physical_rows
-                ),
+        return Err(crate::format::FormatError::corrupt(
+            format!("fragment {}", fragment.id),
+            format!(
+                "read {offset} rows, manifest says {}",
+                fragment.physical_rows
             ),
-        )));
+        )
+        .into());
     }
     Ok(())
 }
@@ -346,9 +343,7 @@ fn process_batch(
         let value = value
             .as_any()
             .downcast_ref::<BooleanArray>()
-            .ok_or_else(|| {
-                DataFusionError::Internal(format!("filter returned {}", value.data_type()))
-            })?;
+            .ok_or_else(|| internal_datafusion_err!("filter returned {}", value.data_type()))?;
         let value = if value.null_count() > 0 {
             prep_null_mask_filter(value)
         } else {

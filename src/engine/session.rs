@@ -1,49 +1,46 @@
 //! `FragvecSession`: a DataFusion `SessionContext` with fragvec's catalog, options and table
 //! functions, and the statement front end that runs SQL against it.
 //!
-//! Statements DataFusion can run are planned by DataFusion after fragvec pins every table they
-//! read to one version. Statements on fragvec tables that DataFusion would run differently are
-//! intercepted here: `CREATE TABLE` (creates a fragvec table, `VECTOR(n)` columns, `WITH`
-//! options), `DROP TABLE`, and DELETE / UPDATE / MERGE (run as finder queries, see
-//! [`crate::sql::finder`]). All work happens when a statement is executed.
+//! This file owns the session and the routing of statements, nothing more: [`FragvecSession::execute`]
+//! matches a parsed statement once and hands its parts to the statement family that runs it,
+//! in [`super::statements`]:
+//! * fragvec's own statements: index statements ([`super::statements::index`]) and
+//!   COMPACT / RECLUSTER / VACUUM ([`super::statements::rewrite`]), each run on the latest
+//!   version and retried when a concurrent commit won;
+//! * statements on fragvec tables that DataFusion would run differently: CREATE / DROP /
+//!   ALTER TABLE ([`super::statements::ddl`]) and DELETE / UPDATE / MERGE, run as finder
+//!   queries ([`super::statements::dml`], [`crate::sql::finder`]);
+//! * everything else is planned by DataFusion after fragvec pins every table it reads to one
+//!   version ([`super::statements::query`]).
+//!
+//! All work happens when a statement is executed.
 
-use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::catalog::SchemaProvider;
-use datafusion::common::{DataFusionError, Result};
-use datafusion::dataframe::DataFrame;
-use datafusion::execution::{SessionState, SessionStateBuilder};
-use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+use datafusion::common::{DataFusionError, Result, plan_datafusion_err, plan_err};
+use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
-use datafusion::sql::sqlparser::ast::{
-    ColumnDef, CreateTableOptions, DataType as SqlType, Expr as SqlExpr, ObjectType, SqlOption,
-    Statement, Value,
-};
-use datafusion::sql::sqlparser::dialect::GenericDialect;
-use datafusion::sql::sqlparser::parser::Parser;
+use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
 
-use super::catalog::{FragvecSchema, RelationName};
-use super::dml::RowChanges;
+use super::catalog::FragvecSchema;
 use super::functions;
 use super::index_ops;
 use super::knn_rule::KnnRule;
-use super::maintenance;
 use super::options::FragvecOptions;
-use super::plan_cache::{self, CachedPlan, PlanCache};
-use super::recluster;
-use super::types;
+use super::plan_cache::PlanCache;
+use super::statements::{ddl, dml, index, query, rewrite};
 use super::udf;
-use super::write::{append_streams, count_schema};
-use crate::format::{self, Database, FormatError, Operation, Snapshot, TableProperties};
-use crate::sql::finder::{self, DmlTarget, Finder, TargetColumn};
-use crate::sql::vector_params;
-use crate::sql::{FragvecStatement, knn_call, parse_statements, pin};
-use datafusion::common::ScalarValue;
-use datafusion::physical_plan::ExecutionPlan;
+use super::write::count_schema;
+use crate::format::commit::retry::with_retries;
+use crate::format::{Database, Snapshot};
+use crate::sql::{FragvecStatement, parse_statements};
+
+pub use super::error::is_retryable;
 
 /// What one statement produced.
 #[derive(Debug, Clone)]
@@ -55,7 +52,7 @@ pub struct StatementResult {
 }
 
 impl StatementResult {
-    fn rows(schema: SchemaRef, batches: Vec<RecordBatch>) -> Self {
+    pub(super) fn rows(schema: SchemaRef, batches: Vec<RecordBatch>) -> Self {
         Self {
             schema,
             batches,
@@ -63,7 +60,12 @@ impl StatementResult {
         }
     }
 
-    fn count(n: u64) -> Result<Self> {
+    /// The result of a statement that returns one row of its own (COMPACT, VACUUM, ...).
+    pub(super) fn one_row(batch: RecordBatch) -> Self {
+        Self::rows(batch.schema(), vec![batch])
+    }
+
+    pub(super) fn count(n: u64) -> Result<Self> {
         Ok(Self {
             schema: count_schema(),
             batches: vec![super::write::count_batch(n)?],
@@ -71,7 +73,7 @@ impl StatementResult {
         })
     }
 
-    fn empty() -> Self {
+    pub(super) fn empty() -> Self {
         Self::rows(Arc::new(Schema::empty()), vec![])
     }
 
@@ -83,10 +85,10 @@ impl StatementResult {
 /// A SQL session over one fragvec database.
 #[derive(Clone)]
 pub struct FragvecSession {
-    ctx: SessionContext,
-    schema: Arc<FragvecSchema>,
+    pub(super) ctx: SessionContext,
+    pub(super) schema: Arc<FragvecSchema>,
     /// Physical plans of KNN queries, reused for the next query vector.
-    plans: Arc<PlanCache>,
+    pub(super) plans: Arc<PlanCache>,
 }
 
 impl std::fmt::Debug for FragvecSession {
@@ -125,9 +127,9 @@ impl FragvecSession {
         let schema = Arc::new(FragvecSchema::open(db.clone()).await?);
         let catalog_name = ctx.state().config_options().catalog.default_catalog.clone();
         let schema_name = ctx.state().config_options().catalog.default_schema.clone();
-        let catalog = ctx.catalog(&catalog_name).ok_or_else(|| {
-            DataFusionError::Plan(format!("default catalog '{catalog_name}' is missing"))
-        })?;
+        let catalog = ctx
+            .catalog(&catalog_name)
+            .ok_or_else(|| plan_datafusion_err!("default catalog '{catalog_name}' is missing"))?;
         if let Some(existing) = catalog.schema(&schema_name) {
             for name in existing.table_names() {
                 if let Some(table) = existing.table(&name).await? {
@@ -202,606 +204,138 @@ impl FragvecSession {
     pub async fn sql_one(&self, sql: &str) -> Result<StatementResult> {
         let mut statements = parse_statements(sql)?;
         if statements.len() != 1 {
-            return Err(DataFusionError::Plan(format!(
-                "expected one statement, found {}",
-                statements.len()
-            )));
+            return plan_err!("expected one statement, found {}", statements.len());
         }
         self.execute(statements.remove(0)).await
     }
 
+    /// Runs one statement. fragvec's own statements (index, COMPACT, RECLUSTER, VACUUM) read
+    /// the latest version and run again, like DML, when a concurrent commit made theirs
+    /// impossible.
     pub async fn execute(&self, statement: FragvecStatement) -> Result<StatementResult> {
-        let reads_only = matches!(&statement, FragvecStatement::DataFusion(s)
-            if matches!(s.as_ref(), DFStatement::Explain(_))
-                || matches!(s.as_ref(), DFStatement::Statement(q) if matches!(q.as_ref(), Statement::Query(_))));
-        if !reads_only {
+        if !reads_only(&statement) {
             // Anything else may change a table or how queries plan.
             self.plans.clear();
         }
-        if let FragvecStatement::DataFusion(s) = statement {
-            return self.execute_datafusion(*s).await;
-        }
-        // Index statements read the latest version and retry, like DML, when a concurrent
-        // commit made theirs impossible.
-        let retries = self.options().commit_retries;
-        let mut attempt = 0;
-        loop {
-            match self.own_statement(&statement).await {
-                Ok(result) => return Ok(result),
-                Err(e) if is_retryable(&e) && attempt < retries => attempt += 1,
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// Runs one of fragvec's own statements once, on the latest version.
-    async fn latest_snapshot(&self, table: &str) -> Result<Snapshot> {
-        index_ops::latest(self.database(), table).await
-    }
-
-    async fn own_statement(&self, statement: &FragvecStatement) -> Result<StatementResult> {
-        let one_row = |batch: RecordBatch| StatementResult::rows(batch.schema(), vec![batch]);
-        let cache = self.schema.index_cache();
         match statement {
-            FragvecStatement::DataFusion(_) => unreachable!("handled by execute"),
+            FragvecStatement::DataFusion(s) => self.execute_datafusion(*s).await,
             FragvecStatement::CreateVectorIndex {
                 name,
                 table,
                 column,
                 kind,
                 options,
-            } => StatementResult::count(
-                index_ops::create(
-                    self.latest_snapshot(table).await?,
-                    name,
-                    column,
-                    kind,
-                    options,
-                )
-                .await?,
-            ),
+            } => {
+                self.retrying(|| index::create(self, &name, &table, &column, &kind, &options))
+                    .await
+            }
             FragvecStatement::DropIndex {
                 name,
                 table,
                 if_exists,
-            } => StatementResult::count(
-                index_ops::drop(self.latest_snapshot(table).await?, name, *if_exists).await?,
-            ),
+            } => {
+                self.retrying(|| index::drop(self, &name, &table, if_exists))
+                    .await
+            }
             FragvecStatement::OptimizeIndex {
                 name,
                 table,
                 action,
-            } => StatementResult::count(
-                index_ops::optimize(self.latest_snapshot(table).await?, name, *action, cache)
-                    .await?,
-            ),
-            FragvecStatement::Compact { table, options } => Ok(one_row(
-                maintenance::run_compact(&self.latest_snapshot(table).await?, options).await?,
-            )),
-            FragvecStatement::Vacuum {
-                table,
-                retain_versions,
             } => {
-                let grace = std::time::Duration::from_secs(self.options().vacuum_grace_seconds);
-                Ok(one_row(
-                    maintenance::run_vacuum(
-                        &self.latest_snapshot(table).await?,
-                        *retain_versions,
-                        grace,
-                    )
-                    .await?,
-                ))
+                self.retrying(|| index::optimize(self, &name, &table, action))
+                    .await
+            }
+            FragvecStatement::Compact { table, options } => {
+                self.retrying(|| rewrite::compact(self, &table, &options))
+                    .await
             }
             FragvecStatement::Recluster {
                 table,
                 keys,
                 options,
                 filter,
-            } => Ok(one_row(
-                recluster::run_recluster(
-                    &self.ctx.state(),
-                    &self.latest_snapshot(table).await?,
-                    keys,
-                    options,
-                    filter.as_deref(),
-                    cache,
-                )
-                .await?,
-            )),
+            } => {
+                self.retrying(|| {
+                    rewrite::recluster(self, &table, &keys, &options, filter.as_deref())
+                })
+                .await
+            }
+            FragvecStatement::Vacuum {
+                table,
+                retain_versions,
+            } => {
+                self.retrying(|| rewrite::vacuum(self, &table, retain_versions))
+                    .await
+            }
         }
     }
 
+    /// Routes a statement DataFusion parsed: fragvec runs those it intercepts on its own
+    /// tables; DataFusion plans the rest (and those on session tables).
     async fn execute_datafusion(&self, statement: DFStatement) -> Result<StatementResult> {
-        if let DFStatement::Statement(s) = &statement {
-            match s.as_ref() {
-                Statement::CreateTable(_) => {
-                    let DFStatement::Statement(s) = statement else {
-                        unreachable!()
-                    };
-                    return self.create_table(*s).await;
-                }
+        let statement = match statement {
+            DFStatement::Statement(s) => match *s {
+                Statement::CreateTable(create) => return ddl::create_table(self, create).await,
                 Statement::Drop {
                     object_type: ObjectType::Table,
+                    ref names,
+                    if_exists,
                     ..
                 } => {
-                    if let Some(r) = self.drop_tables(s).await? {
+                    if let Some(r) = ddl::drop_tables(self, names, if_exists).await? {
                         return Ok(r);
                     }
+                    DFStatement::Statement(s)
                 }
-                Statement::Delete(_) | Statement::Update(_) | Statement::Merge(_) => {
-                    if let Some(r) = self.run_dml(s).await? {
+                Statement::AlterTable(ref alter) => {
+                    if let Some(r) = ddl::alter_table(self, alter).await? {
                         return Ok(r);
                     }
+                    DFStatement::Statement(s)
                 }
-                Statement::ShowTables { .. } => self.schema.refresh().await?,
-                Statement::AlterTable(alter) => {
-                    if let Some(r) = self.alter_table(alter).await? {
+                Statement::ShowTables { .. } => {
+                    self.schema.refresh().await?;
+                    DFStatement::Statement(s)
+                }
+                ref other => {
+                    if let Some(dml) = dml::Dml::of(other)
+                        && let Some(r) = dml::run(self, dml).await?
+                    {
                         return Ok(r);
                     }
+                    DFStatement::Statement(s)
                 }
-                _ => {}
-            }
-        }
-        if let DFStatement::Explain(explain) = &statement
-            && let DFStatement::Statement(inner) = explain.statement.as_ref()
-            && matches!(
-                inner.as_ref(),
-                Statement::Delete(_) | Statement::Update(_) | Statement::Merge(_)
-            )
-        {
-            if explain.options.analyze {
-                return Err(DataFusionError::NotImplemented(
-                    "EXPLAIN ANALYZE would run the DML statement; run it directly".into(),
-                ));
-            }
-            if let Some((finder, _, _)) = self.dml_finder(inner).await? {
-                return self.run_query(&format!("EXPLAIN {}", finder.sql)).await;
-            }
-        }
-        // Vector literals of distance calls become parameters (bound after planning): far
-        // cheaper to plan, and the statement's text below stays short.
-        let mut statement = statement;
-        let vectors = match &mut statement {
-            DFStatement::Statement(s) => vector_params::extract_vector_literals(s),
-            DFStatement::Explain(e) => match e.statement.as_mut() {
-                DFStatement::Statement(s) => vector_params::extract_vector_literals(s),
-                _ => vec![],
             },
-            _ => vec![],
-        };
-        let text = statement.to_string().to_ascii_lowercase();
-        if text.contains("information_schema") {
-            self.schema.refresh().await?;
-        }
-        // Queries and INSERTs cannot change the set of tables; anything else (CREATE
-        // EXTERNAL TABLE, DROP, views) may, so the list SHOW TABLES uses is refreshed after.
-        let changes_tables = !matches!(&statement, DFStatement::Statement(s)
-            if matches!(s.as_ref(), Statement::Query(_) | Statement::Insert(_)));
-        let statement = self
-            .pin(statement, pin::mentions_virtual_columns(&text))
-            .await?;
-        let result = if is_insert(&statement) {
-            // Round-robin repartitioning would shuffle the rows of a single-partition source;
-            // INSERT keeps its source's order so the logical order is the order given.
-            let mut state = self.ctx.state();
-            state
-                .config_mut()
-                .options_mut()
-                .optimizer
-                .enable_round_robin_repartition = false;
-            let plan = state.statement_to_plan(statement).await?;
-            self.execute_plan(Some(state), plan).await
-        } else if !vectors.is_empty() && matches!(&statement, DFStatement::Statement(_)) {
-            self.run_vector_query(statement, vectors).await
-        } else {
-            let mut plan = self.ctx.state().statement_to_plan(statement).await?;
-            if !vectors.is_empty() {
-                plan = plan.with_param_values(vector_params_values(vectors))?;
-            }
-            self.execute_plan(None, plan).await
-        };
-        if result.is_ok() && changes_tables {
-            self.schema.refresh().await?;
-        }
-        result
-    }
-
-    /// A query whose vector literals were taken out as parameters: its physical plan is
-    /// reused when the same pinned statement (same shape, same table versions, same options)
-    /// runs again with other vectors.
-    async fn run_vector_query(
-        &self,
-        statement: DFStatement,
-        vectors: Vec<Vec<f64>>,
-    ) -> Result<StatementResult> {
-        let key = format!("{:?}|{statement}", self.options());
-        if let Some(cached) = self.plans.get(&key)
-            && self.same_table_state(&cached.plan).await?
-            && let Some(plan) = plan_cache::rebind(&cached.plan, &cached.params, &vectors)?
-        {
-            self.plans.note_reuse();
-            return self.collect_physical(plan).await;
-        }
-        let plan = self.ctx.state().statement_to_plan(statement).await?;
-        let plan = plan.with_param_values(vector_params_values(vectors.clone()))?;
-        let physical = self
-            .ctx
-            .execute_logical_plan(plan)
-            .await?
-            .create_physical_plan()
-            .await?;
-        if plan_cache::reusable(&physical, &vectors)? {
-            // The kept plan is never run itself: each run gets a fresh copy.
-            if let Some(fresh) = plan_cache::rebind(&physical, &vectors, &vectors)? {
-                self.plans.put(
-                    key,
-                    CachedPlan {
-                        plan: physical,
-                        params: vectors,
-                    },
-                );
-                return self.collect_physical(fresh).await;
-            }
-        }
-        self.collect_physical(physical).await
-    }
-
-    /// Whether the table a cached plan reads is still the one it was planned for (a table
-    /// dropped and created again reaches the same version numbers).
-    async fn same_table_state(&self, plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
-        let Some(knn) = plan_cache::knn_of(plan) else {
-            return Ok(false);
-        };
-        let planned = &knn.scan_spec().snapshot;
-        let dir = Arc::new(self.database().table(planned.name())?);
-        match dir.snapshot(planned.version()).await {
-            Ok(now) => Ok(Arc::ptr_eq(&now.manifest, &planned.manifest)),
-            Err(_) => Ok(false),
-        }
-    }
-
-    async fn collect_physical(&self, plan: Arc<dyn ExecutionPlan>) -> Result<StatementResult> {
-        let schema = plan.schema();
-        let batches = datafusion::physical_plan::collect(plan, self.ctx.task_ctx()).await?;
-        Ok(StatementResult::rows(schema, batches))
-    }
-
-    /// Runs a plan in the session (which applies `SET`s), or in a one-off `state`.
-    async fn execute_plan(
-        &self,
-        state: Option<SessionState>,
-        plan: LogicalPlan,
-    ) -> Result<StatementResult> {
-        let is_insert = matches!(&plan, LogicalPlan::Dml(d) if matches!(d.op, datafusion::logical_expr::WriteOp::Insert(_)));
-        let df = match state {
-            Some(state) => DataFrame::new(state, plan),
-            None => self.ctx.execute_logical_plan(plan).await?,
-        };
-        let schema = Arc::new(df.schema().as_arrow().clone());
-        let batches = df.collect().await?;
-        let mut result = StatementResult::rows(schema, batches);
-        if is_insert {
-            result.rows_affected = Some(count_of(&result));
-        }
-        Ok(result)
-    }
-
-    async fn run_query(&self, sql: &str) -> Result<StatementResult> {
-        let statement = self
-            .pin(parse_query(sql)?, pin::mentions_virtual_columns(sql))
-            .await?;
-        let plan = self.ctx.state().statement_to_plan(statement).await?;
-        self.execute_plan(None, plan).await
-    }
-
-    /// Pins every fragvec table the statement reads to its latest (or named) version.
-    /// `virtual_columns`: whether the statement names `_rowaddr` / `_rowid`.
-    async fn pin(&self, mut statement: DFStatement, virtual_columns: bool) -> Result<DFStatement> {
-        let target: &mut Statement = match &mut statement {
-            DFStatement::Statement(s) => s.as_mut(),
-            DFStatement::Explain(e) => match e.statement.as_mut() {
-                DFStatement::Statement(s) => s.as_mut(),
-                _ => return Ok(statement),
-            },
-            _ => return Ok(statement),
-        };
-        if matches!(target, Statement::CreateView(_)) {
-            return Ok(statement); // a view reads the latest version each time it is used
-        }
-        // knn(...) calls become top-k queries over their table, using its index's metric.
-        let calls = knn_call::knn_calls(target)?;
-        if !calls.is_empty() {
-            let mut metrics = HashMap::new();
-            for call in calls {
-                if let Ok(dir) = self.database().table(&call.table)
-                    && let Ok(snapshot) = Arc::new(dir).latest().await
-                    && let Some(index) = snapshot
-                        .manifest
-                        .indexes
-                        .iter()
-                        .find(|i| i.column == call.column)
+            DFStatement::Explain(explain) => {
+                if let DFStatement::Statement(inner) = explain.statement.as_ref()
+                    && let Some(dml) = dml::Dml::of(inner)
+                    && let Some(r) = dml::explain(self, dml, explain.options.analyze).await?
                 {
-                    metrics.insert((call.table, call.column), index.metric);
+                    return Ok(r);
                 }
+                DFStatement::Explain(explain)
             }
-            knn_call::rewrite_knn_calls(target, &metrics)?;
-        }
-        let mut latest = HashMap::new();
-        for table in pin::referenced_tables(target) {
-            if self.schema.is_session_table(&table) {
-                continue;
-            }
-            if let Ok(dir) = self.database().table(&table)
-                && let Some(v) = dir.latest_version().await?
-            {
-                latest.insert(table, v);
-            }
-        }
-        pin::pin_relations(target, &latest, virtual_columns);
-        Ok(statement)
+            other => other,
+        };
+        query::run(self, statement).await
     }
 
-    /// `ALTER TABLE t CLUSTER BY (...)` / `ALTER TABLE t DROP CLUSTERING KEY` on a fragvec
-    /// table; `None` for anything else (DataFusion reports it as unsupported).
-    async fn alter_table(
-        &self,
-        alter: &datafusion::sql::sqlparser::ast::AlterTable,
-    ) -> Result<Option<StatementResult>> {
-        use datafusion::sql::sqlparser::ast::{AlterTableOperation, ObjectNamePart};
-        let keys = match alter.operations.as_slice() {
-            [AlterTableOperation::ClusterBy { exprs }] => {
-                exprs.iter().map(|e| e.to_string()).collect()
-            }
-            [AlterTableOperation::DropClusteringKey] => vec![],
-            _ => return Ok(None),
-        };
-        let Some(ObjectNamePart::Identifier(ident)) = alter.name.0.last() else {
-            return Ok(None);
-        };
-        let table = pin::normalize_ident(ident);
-        let retries = self.options().commit_retries;
-        let mut attempt = 0;
-        loop {
-            let snapshot = self.latest_snapshot(&table).await?;
-            match recluster::set_cluster_key(
-                &self.ctx.state(),
-                &snapshot,
-                keys.clone(),
-                self.schema.index_cache(),
-            )
-            .await
-            {
-                Ok(()) => return Ok(Some(StatementResult::empty())),
-                Err(e) if is_retryable(&e) && attempt < retries => attempt += 1,
-                Err(e) => return Err(e),
-            }
-        }
+    /// Runs `attempt` until it succeeds, fails with an error that is not a retryable commit
+    /// conflict, or has been retried `fragvec.commit_retries` times.
+    pub(super) async fn retrying<T, F, Fut>(&self, mut attempt: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        with_retries(self.options().commit_retries, |_| attempt()).await
     }
 
-    async fn create_table(&self, statement: Statement) -> Result<StatementResult> {
-        let Statement::CreateTable(mut create) = statement else {
-            unreachable!()
-        };
-        let options = match std::mem::take(&mut create.table_options) {
-            CreateTableOptions::None => vec![],
-            CreateTableOptions::With(o) => o,
-            other => {
-                return Err(DataFusionError::Plan(format!(
-                    "unsupported table options: {other}"
-                )));
-            }
-        };
-        let mut properties = table_properties(&options)?;
-        if let Some(keys) = create.cluster_by.take() {
-            use datafusion::sql::sqlparser::ast::{Expr as SqlExpr, WrappedCollection};
-            let (WrappedCollection::NoWrapping(exprs) | WrappedCollection::Parentheses(exprs)) =
-                keys;
-            // `CLUSTER BY (a, b)` parses as one tuple.
-            for e in exprs {
-                match e {
-                    SqlExpr::Tuple(items) => {
-                        properties
-                            .cluster_by
-                            .extend(items.iter().map(|i| i.to_string()));
-                    }
-                    SqlExpr::Nested(inner) => properties.cluster_by.push(inner.to_string()),
-                    other => properties.cluster_by.push(other.to_string()),
-                }
-            }
-        }
-        for column in create.columns.iter_mut() {
-            rewrite_vector_type(column)?;
-        }
-        let plan = self
-            .ctx
-            .state()
-            .statement_to_plan(DFStatement::Statement(Box::new(Statement::CreateTable(
-                create,
-            ))))
-            .await?;
-        let LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(cmd)) = plan else {
-            return Err(DataFusionError::NotImplemented(format!(
-                "this form of CREATE TABLE is not supported: {plan}"
-            )));
-        };
-        if cmd.or_replace {
-            return Err(DataFusionError::NotImplemented(
-                "CREATE OR REPLACE TABLE is not supported".into(),
-            ));
-        }
-        if !cmd.column_defaults.is_empty() {
-            return Err(DataFusionError::NotImplemented(
-                "column DEFAULT values are not supported".into(),
-            ));
-        }
-        if !cmd.constraints.is_empty() {
-            return Err(DataFusionError::NotImplemented(
-                "table constraints (PRIMARY KEY, UNIQUE) are not supported".into(),
-            ));
-        }
-        let name = cmd.name.table().to_string();
-        if self.schema.is_session_table(&name) {
-            return Err(DataFusionError::Plan(format!(
-                "table '{name}' already exists"
-            )));
-        }
-        let fields: Vec<Field> = cmd
-            .input
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| Field::new(f.name(), types::normalize(f.data_type()), f.is_nullable()))
-            .collect();
-        let schema = Schema::new(fields);
-        let snapshot = match self
-            .database()
-            .create_table(&name, &schema, properties)
-            .await
-        {
-            Ok(s) => s,
-            Err(FormatError::AlreadyExists(_)) if cmd.if_not_exists => {
-                return Ok(StatementResult::empty());
-            }
-            Err(e) => return Err(e.into()),
-        };
-        self.schema.refresh().await?;
-        if matches!(cmd.input.as_ref(), LogicalPlan::EmptyRelation(_)) {
-            return Ok(StatementResult::empty());
-        }
-        // CREATE TABLE ... AS SELECT: load the query's rows as the first append, in order.
-        let mut state = self.ctx.state();
-        state
-            .config_mut()
-            .options_mut()
-            .optimizer
-            .enable_round_robin_repartition = false;
-        let df = DataFrame::new(state, cmd.input.as_ref().clone());
-        let streams = df.execute_stream_partitioned().await?;
-        let rows = append_streams(&snapshot, streams).await?;
-        StatementResult::count(rows)
+    /// The latest version of a fragvec table, which fragvec's own statements work on.
+    pub(super) async fn latest_snapshot(&self, table: &str) -> Result<Snapshot> {
+        index_ops::latest(self.database(), table).await
     }
 
-    /// Drops fragvec tables; returns `None` to let DataFusion drop a session table.
-    async fn drop_tables(&self, statement: &Statement) -> Result<Option<StatementResult>> {
-        let Statement::Drop {
-            names, if_exists, ..
-        } = statement
-        else {
-            unreachable!()
-        };
-        for name in names {
-            let Some(datafusion::sql::sqlparser::ast::ObjectNamePart::Identifier(ident)) =
-                name.0.last()
-            else {
-                continue;
-            };
-            let table = pin::normalize_ident(ident);
-            if self.schema.is_session_table(&table) {
-                if names.len() == 1 {
-                    return Ok(None);
-                }
-                self.schema.deregister_table(&table)?;
-                continue;
-            }
-            match self.database().drop_table(&table).await {
-                Ok(()) => {}
-                Err(FormatError::NotFound(_)) if *if_exists => {}
-                Err(FormatError::NotFound(t)) => {
-                    return Err(DataFusionError::Plan(format!("table '{t}' does not exist")));
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        self.schema.refresh().await?;
-        Ok(Some(StatementResult::empty()))
-    }
-
-    /// Resolves a DML statement's target and builds its finder at the latest version.
-    /// `None` when the target is not a fragvec table (DataFusion handles it).
-    async fn dml_finder(
-        &self,
-        statement: &Statement,
-    ) -> Result<Option<(Finder, format::Snapshot, Operation)>> {
-        let target: DmlTarget = match statement {
-            Statement::Delete(d) => finder::delete_target(d)?,
-            Statement::Update(u) => finder::update_target(u)?,
-            Statement::Merge(m) => finder::merge_target(m)?,
-            _ => return Ok(None),
-        };
-        if self.schema.is_session_table(&target.table) {
-            return Ok(None);
-        }
-        let snapshot = self.latest_snapshot(&target.table).await?;
-        let relation = RelationName {
-            table: target.table.clone(),
-            version: Some(snapshot.version()),
-            virtual_columns: true,
-        }
-        .encode();
-        let columns: Vec<TargetColumn> = snapshot
-            .schema
-            .fields()
-            .iter()
-            .map(|f| TargetColumn {
-                name: f.name().clone(),
-                vector_dim: types::vector_dim(f.data_type()),
-            })
-            .collect();
-        let (finder, op) = match statement {
-            Statement::Delete(d) => (
-                finder::delete_finder(d, &target, &relation)?,
-                Operation::Delete,
-            ),
-            Statement::Update(u) => (
-                finder::update_finder(u, &target, &relation, &columns)?,
-                Operation::Update,
-            ),
-            Statement::Merge(m) => (
-                finder::merge_finder(m, &target, &relation, &columns)?,
-                Operation::Merge,
-            ),
-            _ => unreachable!(),
-        };
-        Ok(Some((finder, snapshot, op)))
-    }
-
-    /// Runs DELETE / UPDATE / MERGE on a fragvec table, retrying from a fresh snapshot when a
-    /// concurrent writer made the commit impossible.
-    async fn run_dml(&self, statement: &Statement) -> Result<Option<StatementResult>> {
-        let options = self.options();
-        let mode = options.update_mode;
-        let mut attempt = 0;
-        loop {
-            let Some((finder, snapshot, op)) = self.dml_finder(statement).await? else {
-                return Ok(None);
-            };
-            let query = self.finder_frame(&finder.sql).await?;
-            let changes = RowChanges::collect(
-                query.execute_stream().await?,
-                &snapshot.schema,
-                finder.default_action,
-            )
-            .await?;
-            match changes
-                .commit(&snapshot, op, mode, &finder.assigned_columns)
-                .await
-            {
-                Ok(n) => return Ok(Some(StatementResult::count(n)?)),
-                Err(e) if is_retryable(&e) && attempt < options.commit_retries => attempt += 1,
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    async fn finder_frame(&self, sql: &str) -> Result<DataFrame> {
-        let statement = self
-            .pin(parse_query(sql)?, pin::mentions_virtual_columns(sql))
-            .await?;
-        let plan = self.ctx.state().statement_to_plan(statement).await?;
-        self.ctx.execute_logical_plan(plan).await
-    }
-
-    fn options(&self) -> FragvecOptions {
+    pub(super) fn options(&self) -> FragvecOptions {
         self.ctx
             .state()
             .config_options()
@@ -812,126 +346,9 @@ impl FragvecSession {
     }
 }
 
-/// Parses SQL fragvec generated itself (a finder or an EXPLAIN), which DataFusion parses.
-fn parse_query(sql: &str) -> Result<DFStatement> {
-    match parse_statements(sql)?.pop() {
-        Some(FragvecStatement::DataFusion(s)) => Ok(*s),
-        _ => Err(DataFusionError::Internal(format!("not a query: {sql}"))),
-    }
-}
-
-fn is_insert(statement: &DFStatement) -> bool {
-    matches!(statement, DFStatement::Statement(s) if matches!(s.as_ref(), Statement::Insert(_)))
-}
-
-fn count_of(result: &StatementResult) -> u64 {
-    result
-        .batches
-        .first()
-        .and_then(|b| b.column_by_name("count"))
-        .and_then(|c| {
-            c.as_any()
-                .downcast_ref::<datafusion::arrow::array::UInt64Array>()
-        })
-        .map_or(0, |c| c.value(0))
-}
-
-/// Whether an error is a commit conflict the statement may retry.
-pub fn is_retryable(e: &DataFusionError) -> bool {
-    match e.find_root() {
-        DataFusionError::External(inner) => inner
-            .downcast_ref::<FormatError>()
-            .is_some_and(FormatError::is_retryable),
-        _ => false,
-    }
-}
-
-/// `VECTOR(n)` → `FLOAT[n]`, which DataFusion plans as `FixedSizeList<Float32>[n]`.
-fn rewrite_vector_type(column: &mut ColumnDef) -> Result<()> {
-    if let SqlType::Custom(name, modifiers) = &column.data_type
-        && name.to_string().eq_ignore_ascii_case("vector")
-    {
-        let dim: i32 = match modifiers.as_slice() {
-            [n] => n.parse().ok().filter(|d| *d > 0).ok_or_else(|| {
-                DataFusionError::Plan(format!(
-                    "VECTOR dimension must be a positive integer, not {n}"
-                ))
-            })?,
-            _ => {
-                return Err(DataFusionError::Plan(format!(
-                    "column '{}': VECTOR needs a dimension, e.g. VECTOR(128)",
-                    column.name
-                )));
-            }
-        };
-        column.data_type = Parser::new(&GenericDialect {})
-            .try_with_sql(&format!("FLOAT[{dim}]"))
-            .and_then(|mut p| p.parse_data_type())
-            .map_err(|e| DataFusionError::Internal(e.to_string()))?;
-    }
-    Ok(())
-}
-
-/// Table options of `CREATE TABLE ... WITH (...)`.
-fn table_properties(options: &[SqlOption]) -> Result<TableProperties> {
-    let mut props = TableProperties::default();
-    for option in options {
-        let SqlOption::KeyValue { key, value } = option else {
-            return Err(DataFusionError::Plan(format!(
-                "unsupported table option {option}"
-            )));
-        };
-        let key = key.value.to_ascii_lowercase();
-        let text = match value {
-            SqlExpr::Value(v) => match &v.value {
-                Value::Number(n, _) => n.clone(),
-                Value::SingleQuotedString(s) => s.clone(),
-                Value::Boolean(b) => b.to_string(),
-                other => other.to_string(),
-            },
-            SqlExpr::Identifier(i) => i.value.clone(),
-            other => other.to_string(),
-        };
-        match key.as_str() {
-            "stable_row_ids" => {
-                props.stable_row_ids = text.parse().map_err(|_| {
-                    DataFusionError::Plan(format!(
-                        "stable_row_ids must be true or false, not {text}"
-                    ))
-                })?;
-            }
-            "max_rows_per_fragment" => {
-                props.max_rows_per_fragment = text
-                    .parse()
-                    .ok()
-                    .filter(|n| *n > 0 && *n <= format::manifest::MAX_FRAGMENT_ID)
-                    .ok_or_else(|| {
-                        DataFusionError::Plan(format!(
-                            "max_rows_per_fragment must be a positive integer below 2^32, not {text}"
-                        ))
-                    })?;
-            }
-            other => {
-                return Err(DataFusionError::Plan(format!(
-                    "unknown table option '{other}' (known: stable_row_ids, max_rows_per_fragment)"
-                )));
-            }
-        }
-    }
-    Ok(props)
-}
-
-/// The values of extracted vector literals, as DataFusion plans `[x, y, ...]`: lists.
-fn vector_params_values(vectors: Vec<Vec<f64>>) -> Vec<ScalarValue> {
-    vectors
-        .into_iter()
-        .map(|v| {
-            let list = datafusion::arrow::array::ListArray::from_iter_primitive::<
-                datafusion::arrow::datatypes::Float64Type,
-                _,
-                _,
-            >([Some(v.into_iter().map(Some))]);
-            ScalarValue::List(Arc::new(list))
-        })
-        .collect()
+/// Whether a statement only reads (a query or an EXPLAIN), so cached plans stay valid.
+fn reads_only(statement: &FragvecStatement) -> bool {
+    matches!(statement, FragvecStatement::DataFusion(s)
+        if matches!(s.as_ref(), DFStatement::Explain(_))
+            || matches!(s.as_ref(), DFStatement::Statement(q) if matches!(q.as_ref(), Statement::Query(_))))
 }

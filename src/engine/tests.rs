@@ -502,7 +502,7 @@ async fn recluster_races_dml_and_compaction() {
     let dir = std::sync::Arc::new(s.database().table("t").unwrap());
     let before = dir.latest().await.unwrap();
     let state = s.context().state();
-    let cache = crate::index::segment::PartitionCache::new(1 << 20);
+    let cache = crate::index::cache::IndexCache::new(1 << 20);
     let keys = super::recluster::compile(&state, &before, &["k".to_string()], &cache)
         .await
         .unwrap();
@@ -590,7 +590,7 @@ async fn index_changes_built_before_a_rewrite_conflict() {
     let dir = std::sync::Arc::new(s.database().table("t").unwrap());
     let before = dir.latest().await.unwrap();
     s.sql("COMPACT t").await.unwrap();
-    let cache = crate::index::segment::PartitionCache::new(1 << 20);
+    let cache = crate::index::cache::IndexCache::new(1 << 20);
     let err = index_ops::optimize(before.clone(), "i", OptimizeAction::Merge(1), &cache)
         .await
         .unwrap_err();
@@ -709,7 +709,7 @@ async fn known_ivf_partitions_equal_computed_ones() {
     .unwrap();
     let dir = std::sync::Arc::new(s.database().table("t").unwrap());
     let snapshot = dir.latest().await.unwrap();
-    let cache = crate::index::segment::PartitionCache::new(1 << 20);
+    let cache = crate::index::cache::IndexCache::new(1 << 20);
     let keys = super::recluster::compile(
         &s.context().state(),
         &snapshot,

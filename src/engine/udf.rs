@@ -13,7 +13,7 @@ use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, FixedSizeListArray, Float32Array, GenericListArray, OffsetSizeTrait,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Float32Type};
-use datafusion::common::{DataFusionError, Result, ScalarValue};
+use datafusion::common::{Result, ScalarValue, exec_err, internal_err, plan_err};
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
@@ -126,11 +126,11 @@ impl ScalarUDFImpl for DistanceUdf {
 
     fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
         let [a, b] = arg_types else {
-            return Err(DataFusionError::Plan(format!(
+            return plan_err!(
                 "{} takes two vectors, got {} arguments",
                 self.name(),
                 arg_types.len()
-            )));
+            );
         };
         let coerce = |t: &DataType| -> Result<DataType> {
             if let Some(n) = fixed_dim(t) {
@@ -138,10 +138,10 @@ impl ScalarUDFImpl for DistanceUdf {
             } else if is_list(t) || t.is_null() {
                 Ok(DataType::List(f32_item()))
             } else {
-                Err(DataFusionError::Plan(format!(
+                plan_err!(
                     "{} takes vectors (VECTOR(n) or numeric arrays), got {t}",
                     self.name()
-                )))
+                )
             }
         };
         Ok(vec![coerce(a)?, coerce(b)?])
@@ -149,10 +149,7 @@ impl ScalarUDFImpl for DistanceUdf {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let [a, b] = args.args.as_slice() else {
-            return Err(DataFusionError::Internal(format!(
-                "{}: two arguments expected",
-                self.name()
-            )));
+            return internal_err!("{}: two arguments expected", self.name());
         };
         let rows = args.number_rows;
         let a = VectorArg::try_new(a, self.name())?;
@@ -164,12 +161,12 @@ impl ScalarUDFImpl for DistanceUdf {
                 continue;
             };
             if x.len() != y.len() {
-                return Err(DataFusionError::Execution(format!(
+                return exec_err!(
                     "{}: vector dimensions differ ({} vs {})",
                     self.name(),
                     x.len(),
                     y.len()
-                )));
+                );
             }
             out.push(self.kind.eval(x, y));
         }
@@ -218,9 +215,7 @@ impl VectorArg {
             DataType::LargeList(_) if f32_values(array.as_list::<i64>().values()) => {
                 Ok(VectorArg::LargeList(array.as_list::<i64>().clone()))
             }
-            other => Err(DataFusionError::Internal(format!(
-                "{name}: unexpected argument type {other}"
-            ))),
+            other => internal_err!("{name}: unexpected argument type {other}"),
         }
     }
 

@@ -11,7 +11,10 @@ use datafusion::arrow::array::{RecordBatch, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::{
+    DataFusionError, Result, exec_datafusion_err, exec_err, internal_datafusion_err, internal_err,
+    plan_err,
+};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
@@ -43,19 +46,19 @@ pub fn count_batch(count: u64) -> Result<RecordBatch> {
 /// Conforms a batch to the table schema: same column types, nullability enforced.
 pub fn conform_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
     if batch.num_columns() != schema.fields().len() {
-        return Err(DataFusionError::Plan(format!(
+        return plan_err!(
             "expected {} columns, got {}",
             schema.fields().len(),
             batch.num_columns()
-        )));
+        );
     }
     let mut columns = Vec::with_capacity(batch.num_columns());
     for (field, column) in schema.fields().iter().zip(batch.columns()) {
         if !field.is_nullable() && column.null_count() > 0 {
-            return Err(DataFusionError::Execution(format!(
+            return exec_err!(
                 "column '{}' is NOT NULL but the statement gives it a NULL value",
                 field.name()
-            )));
+            );
         }
         let column = if column.data_type() == field.data_type() {
             column.clone()
@@ -67,12 +70,12 @@ pub fn conform_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBa
             };
             datafusion::arrow::compute::cast_with_options(column, field.data_type(), &options)
                 .map_err(|e| {
-                    DataFusionError::Execution(format!(
+                    exec_datafusion_err!(
                         "cannot store a {} value in column '{}' of type {}: {e}",
                         column.data_type(),
                         field.name(),
                         crate::engine::types::display_type(field.data_type())
-                    ))
+                    )
                 })?
         };
         columns.push(column);
@@ -200,7 +203,7 @@ impl ExecutionPlan for InsertExec {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let input = children
             .pop()
-            .ok_or_else(|| DataFusionError::Internal("InsertExec needs one child".into()))?;
+            .ok_or_else(|| internal_datafusion_err!("InsertExec needs one child"))?;
         Ok(Arc::new(InsertExec::new(self.snapshot.clone(), input)))
     }
 
@@ -220,9 +223,7 @@ impl ExecutionPlan for InsertExec {
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         if partition != 0 {
-            return Err(DataFusionError::Internal(format!(
-                "InsertExec: no partition {partition}"
-            )));
+            return internal_err!("InsertExec: no partition {partition}");
         }
         let streams = (0..self.input.output_partitioning().partition_count())
             .map(|p| self.input.execute(p, context.clone()))

@@ -90,9 +90,3 @@ impl FormatError {
 }
 
 pub type Result<T, E = FormatError> = std::result::Result<T, E>;
-
-impl From<FormatError> for datafusion::error::DataFusionError {
-    fn from(e: FormatError) -> Self {
-        datafusion::error::DataFusionError::External(Box::new(e))
-    }
-}

@@ -68,14 +68,3 @@ impl IndexError {
 }
 
 pub type Result<T, E = IndexError> = std::result::Result<T, E>;
-
-/// Temporary home of the boundary conversion; it moves to `engine/error.rs` with the others.
-impl From<IndexError> for datafusion::error::DataFusionError {
-    fn from(e: IndexError) -> Self {
-        match e {
-            // A file-level error keeps its own type (a commit conflict stays recognisable).
-            IndexError::Format(f) => f.into(),
-            other => datafusion::error::DataFusionError::External(Box::new(other)),
-        }
-    }
-}

@@ -20,9 +20,6 @@ use super::ivf::IvfModel;
 use crate::format::index_meta::IndexSegment;
 use crate::format::{FormatError, Result, TableDir};
 
-/// The cache moved to [`super::cache`]; this name stays until every caller says `IndexCache`.
-pub use super::cache::IndexCache as PartitionCache;
-
 const MAGIC: &[u8; 8] = b"FVSEG001";
 const END_MAGIC: &[u8; 8] = b"FVSEGEND";
 

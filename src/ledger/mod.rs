@@ -14,7 +14,8 @@
 //! Translation chains through transitions in **lineage** order (a fragment's producer before
 //! its consumers), which [`validate`] derives and checks: row conservation, at most one
 //! producer and one consumer per fragment id, no cycles. Everything here is IO-free; reading
-//! deletion vectors and row-map blocks lives in `format::ledger_io`.
+//! deletion vectors and row-map blocks lives in `format::ledger_io`; the id types every layer
+//! shares are in [`ids`].
 //!
 //! Memory is O(fragments) plus the removed-row bitmaps of the sources (compressed): no map
 //! per row.

@@ -59,16 +59,6 @@ impl RewriteError {
     }
 }
 
-impl From<RewriteError> for datafusion::error::DataFusionError {
-    fn from(e: RewriteError) -> Self {
-        match e {
-            RewriteError::Format(f) => f.into(),
-            RewriteError::Index(i) => i.into(),
-            other => datafusion::error::DataFusionError::Plan(other.to_string()),
-        }
-    }
-}
-
 pub type Result<T> = std::result::Result<T, RewriteError>;
 
 /// The live rows of one fragment (columns of `schema`), in offset order. A `_rowaddr` field

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeSet;
 
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::{Result, internal_err, plan_err};
 use datafusion::sql::sqlparser::ast::{
     Assignment, AssignmentTarget, Delete, Expr, FromTable, Merge, MergeAction, MergeClauseKind,
     MergeInsertKind, ObjectName, ObjectNamePart, TableFactor, TableWithJoins, Update,
@@ -45,9 +45,7 @@ impl Action {
             "D" => Ok(Action::Delete),
             "U" => Ok(Action::Update),
             "I" => Ok(Action::Insert),
-            other => Err(DataFusionError::Internal(format!(
-                "unknown finder action {other}"
-            ))),
+            other => internal_err!("unknown finder action {other}"),
         }
     }
 }
@@ -76,10 +74,6 @@ pub struct TargetColumn {
     pub vector_dim: Option<i32>,
 }
 
-fn plan_err<T>(msg: impl Into<String>) -> Result<T> {
-    Err(DataFusionError::Plan(msg.into()))
-}
-
 /// `"name"`, with embedded quotes doubled.
 pub fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
@@ -88,7 +82,7 @@ pub fn quote(name: &str) -> String {
 fn table_name(name: &ObjectName) -> Result<String> {
     match name.0.last() {
         Some(ObjectNamePart::Identifier(i)) => Ok(normalize_ident(i)),
-        _ => plan_err(format!("unsupported table name {name}")),
+        _ => plan_err!("unsupported table name {name}"),
     }
 }
 
@@ -106,25 +100,23 @@ fn target_of_factor(tf: &TableFactor, what: &str) -> Result<DmlTarget> {
                 .map_or_else(|| quote(&table), |a| a.name.to_string());
             Ok(DmlTarget { table, alias })
         }
-        _ => plan_err(format!("the target of {what} must be a table")),
+        _ => plan_err!("the target of {what} must be a table"),
     }
 }
 
 fn single_table(tables: &[TableWithJoins], what: &str) -> Result<DmlTarget> {
     match tables {
         [t] if t.joins.is_empty() => target_of_factor(&t.relation, what),
-        _ => plan_err(format!(
-            "{what} takes exactly one target table, without joins"
-        )),
+        _ => plan_err!("{what} takes exactly one target table, without joins"),
     }
 }
 
 pub fn delete_target(d: &Delete) -> Result<DmlTarget> {
     if d.using.is_some() || d.returning.is_some() || !d.order_by.is_empty() || d.limit.is_some() {
-        return plan_err("DELETE supports only FROM <table> [WHERE ...]");
+        return plan_err!("DELETE supports only FROM <table> [WHERE ...]");
     }
     if !d.tables.is_empty() {
-        return plan_err("multi-table DELETE is not supported");
+        return plan_err!("multi-table DELETE is not supported");
     }
     match &d.from {
         FromTable::WithFromKeyword(t) | FromTable::WithoutKeyword(t) => single_table(t, "DELETE"),
@@ -133,17 +125,17 @@ pub fn delete_target(d: &Delete) -> Result<DmlTarget> {
 
 pub fn update_target(u: &Update) -> Result<DmlTarget> {
     if u.from.is_some() {
-        return plan_err("UPDATE ... FROM is not supported; use MERGE INTO");
+        return plan_err!("UPDATE ... FROM is not supported; use MERGE INTO");
     }
     if u.returning.is_some() || !u.order_by.is_empty() || u.limit.is_some() || u.or.is_some() {
-        return plan_err("UPDATE supports only SET ... [WHERE ...]");
+        return plan_err!("UPDATE supports only SET ... [WHERE ...]");
     }
     single_table(std::slice::from_ref(&u.table), "UPDATE")
 }
 
 pub fn merge_target(m: &Merge) -> Result<DmlTarget> {
     if m.output.is_some() {
-        return plan_err("MERGE ... OUTPUT is not supported");
+        return plan_err!("MERGE ... OUTPUT is not supported");
     }
     target_of_factor(&m.table, "MERGE")
 }
@@ -183,17 +175,17 @@ fn assignments<'a>(
     let mut out: Vec<(String, &Expr)> = Vec::new();
     for a in list {
         let AssignmentTarget::ColumnName(name) = &a.target else {
-            return plan_err("tuple assignments are not supported");
+            return plan_err!("tuple assignments are not supported");
         };
         let col = table_name(name)?;
         if col == ROW_ADDR || col == ROW_ID {
-            return plan_err(format!("{col} is a virtual column and cannot be assigned"));
+            return plan_err!("{col} is a virtual column and cannot be assigned");
         }
         if !columns.iter().any(|c| c.name == col) {
-            return plan_err(format!("column '{col}' does not exist in the target table"));
+            return plan_err!("column '{col}' does not exist in the target table");
         }
         if out.iter().any(|(c, _)| *c == col) {
-            return plan_err(format!("column '{col}' is assigned twice"));
+            return plan_err!("column '{col}' is assigned twice");
         }
         out.push((col, &a.value));
     }
@@ -256,9 +248,9 @@ pub fn merge_finder(
             alias: Some(al), ..
         } => al.name.to_string(),
         TableFactor::Derived { alias: None, .. } => {
-            return plan_err("a MERGE source subquery needs an alias");
+            return plan_err!("a MERGE source subquery needs an alias");
         }
-        other => return plan_err(format!("unsupported MERGE source {other}")),
+        other => return plan_err!("unsupported MERGE source {other}"),
     };
     let present = quote("__fv_src");
     let source = format!("(SELECT *, TRUE AS {present} FROM {}) AS {s}", m.source);
@@ -305,7 +297,7 @@ pub fn merge_finder(
             }
             MergeAction::Update(up) if !inserting => {
                 if up.update_predicate.is_some() || up.delete_predicate.is_some() {
-                    return plan_err("MERGE UPDATE ... WHERE / DELETE WHERE is not supported");
+                    return plan_err!("MERGE UPDATE ... WHERE / DELETE WHERE is not supported");
                 }
                 actions.push(format!("WHEN {cond} THEN '{}'", Action::Update.code()));
                 let assigned = assignments(&up.assignments, columns)?;
@@ -324,13 +316,13 @@ pub fn merge_finder(
             }
             MergeAction::Insert(ins) if inserting => {
                 if ins.insert_predicate.is_some() {
-                    return plan_err("MERGE INSERT ... WHERE is not supported");
+                    return plan_err!("MERGE INSERT ... WHERE is not supported");
                 }
                 let MergeInsertKind::Values(v) = &ins.kind else {
-                    return plan_err("MERGE INSERT ROW is not supported; list the VALUES");
+                    return plan_err!("MERGE INSERT ROW is not supported; list the VALUES");
                 };
                 let [row] = v.rows.as_slice() else {
-                    return plan_err("MERGE INSERT takes exactly one VALUES row");
+                    return plan_err!("MERGE INSERT takes exactly one VALUES row");
                 };
                 let names: Vec<String> = if ins.columns.is_empty() {
                     columns.iter().map(|c| c.name.clone()).collect()
@@ -338,17 +330,15 @@ pub fn merge_finder(
                     ins.columns.iter().map(table_name).collect::<Result<_>>()?
                 };
                 if names.len() != row.content.len() {
-                    return plan_err(format!(
+                    return plan_err!(
                         "MERGE INSERT names {} columns but gives {} values",
                         names.len(),
                         row.content.len()
-                    ));
+                    );
                 }
                 for n in &names {
                     if !columns.iter().any(|c| c.name == *n) {
-                        return plan_err(format!(
-                            "column '{n}' does not exist in the target table"
-                        ));
+                        return plan_err!("column '{n}' does not exist in the target table");
                     }
                 }
                 actions.push(format!("WHEN {cond} THEN '{}'", Action::Insert.code()));
@@ -361,9 +351,9 @@ pub fn merge_finder(
                     .collect()
             }
             _ => {
-                return plan_err(
+                return plan_err!(
                     "WHEN MATCHED / NOT MATCHED BY SOURCE take UPDATE or DELETE; \
-                     WHEN NOT MATCHED takes INSERT",
+                     WHEN NOT MATCHED takes INSERT"
                 );
             }
         };
@@ -372,7 +362,7 @@ pub fn merge_finder(
         }
     }
     if m.clauses.is_empty() {
-        return plan_err("MERGE needs at least one WHEN clause");
+        return plan_err!("MERGE needs at least one WHEN clause");
     }
     let column_exprs: Vec<String> = columns
         .iter()

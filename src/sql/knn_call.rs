@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::ops::ControlFlow;
 
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::{DataFusionError, Result, internal_err, plan_datafusion_err};
 use datafusion::sql::sqlparser::ast::{
     Expr, FunctionArg, FunctionArgExpr, Ident, ObjectNamePart, Query, Statement, TableAlias,
     TableFactor, Value, Visit, VisitMut, Visitor, VisitorMut,
@@ -36,7 +36,7 @@ fn is_knn(tf: &TableFactor) -> bool {
 }
 
 fn parse_call(tf: &TableFactor) -> Result<KnnCall> {
-    let usage = || DataFusionError::Plan("usage: knn('table', 'column', [vector], k)".into());
+    let usage = || plan_datafusion_err!("usage: knn('table', 'column', [vector], k)");
     let TableFactor::Table {
         args: Some(args), ..
     } = tf
@@ -68,9 +68,7 @@ fn parse_call(tf: &TableFactor) -> Result<KnnCall> {
         },
         _ => None,
     }
-    .ok_or_else(|| {
-        DataFusionError::Plan("knn(...): k must be a positive integer literal".into())
-    })?;
+    .ok_or_else(|| plan_datafusion_err!("knn(...): k must be a positive integer literal"))?;
     Ok(KnnCall {
         table: text(table)?,
         column: text(column)?,
@@ -114,9 +112,7 @@ pub fn knn_query(call: &KnnCall, metric: Metric) -> Result<Query> {
         .map_err(|e| DataFusionError::SQL(Box::new(e), None))?;
     match statements.pop() {
         Some(Statement::Query(q)) => Ok(*q),
-        _ => Err(DataFusionError::Internal(format!(
-            "knn rewrite produced {sql}"
-        ))),
+        _ => internal_err!("knn rewrite produced {sql}"),
     }
 }
 

@@ -6,7 +6,7 @@
 //! which the catalog resolves to version 3 (DataFusion's generic dialect has no table versions,
 //! and would silently ignore one if it had).
 
-use datafusion::common::{DataFusionError, Result};
+use datafusion::common::{DataFusionError, Result, plan_datafusion_err, plan_err};
 use datafusion::sql::parser::{DFParserBuilder, Statement as DFStatement};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
@@ -97,9 +97,7 @@ pub fn parse_statements(sql: &str) -> Result<Vec<FragvecStatement>> {
         out.push(statement);
         let next = parser.parser.peek_token();
         if next != Token::SemiColon && next != Token::EOF {
-            return Err(DataFusionError::Plan(format!(
-                "expected end of statement, found: {next}"
-            )));
+            return plan_err!("expected end of statement, found: {next}");
         }
     }
     Ok(out)
@@ -145,9 +143,7 @@ fn with_options(p: &mut Parser) -> Result<Vec<(String, String)>> {
             Token::SingleQuotedString(s) => s,
             Token::Word(w) => w.value,
             other => {
-                return Err(DataFusionError::Plan(format!(
-                    "bad value for option {key}: {other}"
-                )));
+                return plan_err!("bad value for option {key}: {other}");
             }
         };
         options.push((key, value));
@@ -229,17 +225,13 @@ fn own_statement(p: &mut Parser) -> Result<Option<FragvecStatement>> {
             p.next_token();
             let n = p.parse_literal_uint().map_err(sql_err)?;
             if !p.parse_keyword(Keyword::VERSIONS) && !word_is(&p.peek_token().token, "version") {
-                return Err(DataFusionError::Plan(
-                    "expected VACUUM t RETAIN n VERSIONS".into(),
-                ));
+                return plan_err!("expected VACUUM t RETAIN n VERSIONS");
             }
             if word_is(&p.peek_token().token, "version") {
                 p.next_token();
             }
             if n == 0 {
-                return Err(DataFusionError::Plan(
-                    "VACUUM ... RETAIN n VERSIONS needs n >= 1".into(),
-                ));
+                return plan_err!("VACUUM ... RETAIN n VERSIONS needs n >= 1");
             }
             retain_versions = Some(n);
         }
@@ -271,9 +263,7 @@ fn own_statement(p: &mut Parser) -> Result<Option<FragvecStatement>> {
             p.next_token();
             let n = p.parse_literal_uint().map_err(sql_err)?;
             if n == 0 {
-                return Err(DataFusionError::Plan(
-                    "OPTIMIZE INDEX ... MERGE n needs n >= 1".into(),
-                ));
+                return plan_err!("OPTIMIZE INDEX ... MERGE n needs n >= 1");
             }
             OptimizeAction::Merge(n as usize)
         } else if word_is(&next, "retrain") {
@@ -316,21 +306,19 @@ fn rewrite_version_as_of(tokens: Vec<TokenWithSpan>) -> Result<Vec<TokenWithSpan
             continue;
         }
         let Some(Token::Word(table)) = at(0) else {
-            return Err(DataFusionError::Plan(
-                "VERSION AS OF must follow a table name".into(),
-            ));
+            return plan_err!("VERSION AS OF must follow a table name");
         };
         let version: u64 = match at(4) {
             Some(Token::Number(n, _)) => n.parse().map_err(|_| {
-                DataFusionError::Plan(format!("VERSION AS OF needs a version number, not {n}"))
+                plan_datafusion_err!("VERSION AS OF needs a version number, not {n}")
             })?,
             other => {
-                return Err(DataFusionError::Plan(format!(
+                return plan_err!(
                     "VERSION AS OF needs a version number, found {}",
                     other
                         .map(|t| t.to_string())
                         .unwrap_or_else(|| "end of input".into())
-                )));
+                );
             }
         };
         let name = if table.quote_style.is_some() {

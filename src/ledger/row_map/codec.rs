@@ -1,6 +1,7 @@
 //! Byte-level pieces of the row-map file: varints, a bounds-checked reader, the checksum,
 //! bit packing, and the encoding of one block of labels. Nothing here knows about footers
-//! or files; `file.rs` puts the pieces together.
+//! or files; `writer.rs` and `reader.rs` put the pieces together (the object-store side lives
+//! in `format::row_map_file`).
 
 use super::block::{BlockLabels, bitset_words};
 use super::{Result, RowMapError};

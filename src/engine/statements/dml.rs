@@ -1,0 +1,147 @@
+//! DELETE, UPDATE and MERGE on fragvec tables, run as finder queries.
+//!
+//! A statement becomes a query (its *finder*, see [`crate::sql::finder`]) over the target
+//! table pinned at its latest version, with virtual columns; its rows say which target rows
+//! change and how. [`RowChanges`] collects them and commits one transaction. When a
+//! concurrent writer made the commit impossible, the whole statement runs again from a fresh
+//! snapshot (at most `fragvec.commit_retries` times). Statements whose target is a session
+//! table are left to DataFusion (`None`).
+
+use datafusion::common::{Result, not_impl_err};
+use datafusion::dataframe::DataFrame;
+use datafusion::sql::sqlparser::ast::{Delete, Merge, Statement, Update};
+
+use super::query;
+use crate::engine::catalog::RelationName;
+use crate::engine::dml::RowChanges;
+use crate::engine::session::{FragvecSession, StatementResult};
+use crate::engine::types;
+use crate::format::{Operation, Snapshot};
+use crate::sql::finder::{self, DmlTarget, Finder, TargetColumn};
+use crate::sql::pin;
+
+/// A DML statement, matched once.
+#[derive(Debug, Clone, Copy)]
+pub enum Dml<'a> {
+    Delete(&'a Delete),
+    Update(&'a Update),
+    Merge(&'a Merge),
+}
+
+impl<'a> Dml<'a> {
+    /// The DML statement `statement` is, if it is one.
+    pub fn of(statement: &'a Statement) -> Option<Self> {
+        match statement {
+            Statement::Delete(d) => Some(Dml::Delete(d)),
+            Statement::Update(u) => Some(Dml::Update(u)),
+            Statement::Merge(m) => Some(Dml::Merge(m)),
+            _ => None,
+        }
+    }
+
+    fn target(self) -> Result<DmlTarget> {
+        match self {
+            Dml::Delete(d) => finder::delete_target(d),
+            Dml::Update(u) => finder::update_target(u),
+            Dml::Merge(m) => finder::merge_target(m),
+        }
+    }
+}
+
+/// Runs DELETE / UPDATE / MERGE on a fragvec table, retrying from a fresh snapshot when a
+/// concurrent writer made the commit impossible. `None` when the target is a session table.
+pub async fn run(session: &FragvecSession, dml: Dml<'_>) -> Result<Option<StatementResult>> {
+    let mode = session.options().update_mode;
+    session
+        .retrying(|| async move {
+            let Some((finder, snapshot, op)) = finder_of(session, dml).await? else {
+                return Ok(None);
+            };
+            let query = finder_frame(session, &finder.sql).await?;
+            let changes = RowChanges::collect(
+                query.execute_stream().await?,
+                &snapshot.schema,
+                finder.default_action,
+            )
+            .await?;
+            let n = changes
+                .commit(&snapshot, op, mode, &finder.assigned_columns)
+                .await?;
+            Ok(Some(StatementResult::count(n)?))
+        })
+        .await
+}
+
+/// `EXPLAIN` of a DML statement on a fragvec table: the plan of its finder query. `None`
+/// when the target is a session table. `EXPLAIN ANALYZE` is refused: it would run the
+/// statement.
+pub async fn explain(
+    session: &FragvecSession,
+    dml: Dml<'_>,
+    analyze: bool,
+) -> Result<Option<StatementResult>> {
+    if analyze {
+        return not_impl_err!("EXPLAIN ANALYZE would run the DML statement; run it directly");
+    }
+    match finder_of(session, dml).await? {
+        Some((finder, _, _)) => Ok(Some(
+            query::run_sql(session, &format!("EXPLAIN {}", finder.sql)).await?,
+        )),
+        None => Ok(None),
+    }
+}
+
+/// Resolves a DML statement's target and builds its finder at the latest version.
+/// `None` when the target is not a fragvec table (DataFusion handles it).
+async fn finder_of(
+    session: &FragvecSession,
+    dml: Dml<'_>,
+) -> Result<Option<(Finder, Snapshot, Operation)>> {
+    let target = dml.target()?;
+    if session.schema.is_session_table(&target.table) {
+        return Ok(None);
+    }
+    let snapshot = session.latest_snapshot(&target.table).await?;
+    let relation = RelationName {
+        table: target.table.clone(),
+        version: Some(snapshot.version()),
+        virtual_columns: true,
+    }
+    .encode();
+    let columns: Vec<TargetColumn> = snapshot
+        .schema
+        .fields()
+        .iter()
+        .map(|f| TargetColumn {
+            name: f.name().clone(),
+            vector_dim: types::vector_dim(f.data_type()),
+        })
+        .collect();
+    let (finder, op) = match dml {
+        Dml::Delete(d) => (
+            finder::delete_finder(d, &target, &relation)?,
+            Operation::Delete,
+        ),
+        Dml::Update(u) => (
+            finder::update_finder(u, &target, &relation, &columns)?,
+            Operation::Update,
+        ),
+        Dml::Merge(m) => (
+            finder::merge_finder(m, &target, &relation, &columns)?,
+            Operation::Merge,
+        ),
+    };
+    Ok(Some((finder, snapshot, op)))
+}
+
+/// The finder query, pinned and planned, ready to stream.
+async fn finder_frame(session: &FragvecSession, sql: &str) -> Result<DataFrame> {
+    let statement = query::pin(
+        session,
+        query::parse_query(sql)?,
+        pin::mentions_virtual_columns(sql),
+    )
+    .await?;
+    let plan = session.ctx.state().statement_to_plan(statement).await?;
+    session.ctx.execute_logical_plan(plan).await
+}

@@ -1,0 +1,252 @@
+//! Statements DataFusion plans: queries, INSERT, EXPLAIN, SET, views, session tables.
+//!
+//! Before planning, every fragvec table a statement reads is pinned to one version (its
+//! latest, or the one `VERSION AS OF` names) and `knn(...)` calls become top-k queries
+//! ([`pin`]). Vector literals of distance calls become parameters bound after planning,
+//! which is far cheaper to plan and lets a KNN query's physical plan be kept in the
+//! session's [`PlanCache`](crate::engine::plan_cache::PlanCache) and reused for the next
+//! query vector while the table state is unchanged.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ListArray, UInt64Array};
+use datafusion::arrow::datatypes::Float64Type;
+use datafusion::common::{Result, ScalarValue, internal_err};
+use datafusion::dataframe::DataFrame;
+use datafusion::execution::SessionState;
+use datafusion::logical_expr::{LogicalPlan, WriteOp};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast::Statement;
+
+use crate::engine::plan_cache::{self, CachedPlan};
+use crate::engine::session::{FragvecSession, StatementResult};
+use crate::sql::{FragvecStatement, knn_call, parse_statements, pin, vector_params};
+
+/// Plans and runs a statement fragvec does not intercept.
+pub async fn run(session: &FragvecSession, mut statement: DFStatement) -> Result<StatementResult> {
+    // Vector literals of distance calls become parameters (bound after planning): far
+    // cheaper to plan, and the statement's text below stays short.
+    let vectors = match &mut statement {
+        DFStatement::Statement(s) => vector_params::extract_vector_literals(s),
+        DFStatement::Explain(e) => match e.statement.as_mut() {
+            DFStatement::Statement(s) => vector_params::extract_vector_literals(s),
+            _ => vec![],
+        },
+        _ => vec![],
+    };
+    let text = statement.to_string().to_ascii_lowercase();
+    if text.contains("information_schema") {
+        session.schema.refresh().await?;
+    }
+    // Queries and INSERTs cannot change the set of tables; anything else (CREATE
+    // EXTERNAL TABLE, DROP, views) may, so the list SHOW TABLES uses is refreshed after.
+    let changes_tables = !matches!(&statement, DFStatement::Statement(s)
+        if matches!(s.as_ref(), Statement::Query(_) | Statement::Insert(_)));
+    let statement = pin(session, statement, pin::mentions_virtual_columns(&text)).await?;
+    let result = if is_insert(&statement) {
+        // Round-robin repartitioning would shuffle the rows of a single-partition source;
+        // INSERT keeps its source's order so the logical order is the order given.
+        let mut state = session.ctx.state();
+        state
+            .config_mut()
+            .options_mut()
+            .optimizer
+            .enable_round_robin_repartition = false;
+        let plan = state.statement_to_plan(statement).await?;
+        execute_plan(session, Some(state), plan).await
+    } else if !vectors.is_empty() && matches!(&statement, DFStatement::Statement(_)) {
+        run_vector_query(session, statement, vectors).await
+    } else {
+        let mut plan = session.ctx.state().statement_to_plan(statement).await?;
+        if !vectors.is_empty() {
+            plan = plan.with_param_values(vector_params_values(vectors))?;
+        }
+        execute_plan(session, None, plan).await
+    };
+    if result.is_ok() && changes_tables {
+        session.schema.refresh().await?;
+    }
+    result
+}
+
+/// Runs SQL fragvec generated itself (a finder's EXPLAIN), pinned like any query.
+pub async fn run_sql(session: &FragvecSession, sql: &str) -> Result<StatementResult> {
+    let statement = pin(
+        session,
+        parse_query(sql)?,
+        pin::mentions_virtual_columns(sql),
+    )
+    .await?;
+    let plan = session.ctx.state().statement_to_plan(statement).await?;
+    execute_plan(session, None, plan).await
+}
+
+/// Parses SQL fragvec generated itself (a finder or an EXPLAIN), which DataFusion parses.
+pub fn parse_query(sql: &str) -> Result<DFStatement> {
+    match parse_statements(sql)?.pop() {
+        Some(FragvecStatement::DataFusion(s)) => Ok(*s),
+        _ => internal_err!("not a query: {sql}"),
+    }
+}
+
+/// Pins every fragvec table the statement reads to its latest (or named) version.
+/// `virtual_columns`: whether the statement names `_rowaddr` / `_rowid`.
+pub async fn pin(
+    session: &FragvecSession,
+    mut statement: DFStatement,
+    virtual_columns: bool,
+) -> Result<DFStatement> {
+    let target: &mut Statement = match &mut statement {
+        DFStatement::Statement(s) => s.as_mut(),
+        DFStatement::Explain(e) => match e.statement.as_mut() {
+            DFStatement::Statement(s) => s.as_mut(),
+            _ => return Ok(statement),
+        },
+        _ => return Ok(statement),
+    };
+    if matches!(target, Statement::CreateView(_)) {
+        return Ok(statement); // a view reads the latest version each time it is used
+    }
+    // knn(...) calls become top-k queries over their table, using its index's metric.
+    let calls = knn_call::knn_calls(target)?;
+    if !calls.is_empty() {
+        let mut metrics = HashMap::new();
+        for call in calls {
+            if let Ok(dir) = session.database().table(&call.table)
+                && let Ok(snapshot) = Arc::new(dir).latest().await
+                && let Some(index) = snapshot
+                    .manifest
+                    .indexes
+                    .iter()
+                    .find(|i| i.column == call.column)
+            {
+                metrics.insert((call.table, call.column), index.metric);
+            }
+        }
+        knn_call::rewrite_knn_calls(target, &metrics)?;
+    }
+    let mut latest = HashMap::new();
+    for table in pin::referenced_tables(target) {
+        if session.schema.is_session_table(&table) {
+            continue;
+        }
+        if let Ok(dir) = session.database().table(&table)
+            && let Some(v) = dir.latest_version().await?
+        {
+            latest.insert(table, v);
+        }
+    }
+    pin::pin_relations(target, &latest, virtual_columns);
+    Ok(statement)
+}
+
+/// A query whose vector literals were taken out as parameters: its physical plan is
+/// reused when the same pinned statement (same shape, same table versions, same options)
+/// runs again with other vectors.
+async fn run_vector_query(
+    session: &FragvecSession,
+    statement: DFStatement,
+    vectors: Vec<Vec<f64>>,
+) -> Result<StatementResult> {
+    let key = format!("{:?}|{statement}", session.options());
+    if let Some(cached) = session.plans.get(&key)
+        && same_table_state(session, &cached.plan).await?
+        && let Some(plan) = plan_cache::rebind(&cached.plan, &cached.params, &vectors)?
+    {
+        session.plans.note_reuse();
+        return collect_physical(session, plan).await;
+    }
+    let plan = session.ctx.state().statement_to_plan(statement).await?;
+    let plan = plan.with_param_values(vector_params_values(vectors.clone()))?;
+    let physical = session
+        .ctx
+        .execute_logical_plan(plan)
+        .await?
+        .create_physical_plan()
+        .await?;
+    if plan_cache::reusable(&physical, &vectors)? {
+        // The kept plan is never run itself: each run gets a fresh copy.
+        if let Some(fresh) = plan_cache::rebind(&physical, &vectors, &vectors)? {
+            session.plans.put(
+                key,
+                CachedPlan {
+                    plan: physical,
+                    params: vectors,
+                },
+            );
+            return collect_physical(session, fresh).await;
+        }
+    }
+    collect_physical(session, physical).await
+}
+
+/// Whether the table a cached plan reads is still the one it was planned for (a table
+/// dropped and created again reaches the same version numbers).
+async fn same_table_state(session: &FragvecSession, plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
+    let Some(knn) = plan_cache::knn_of(plan) else {
+        return Ok(false);
+    };
+    let planned = &knn.scan_spec().snapshot;
+    let dir = Arc::new(session.database().table(planned.name())?);
+    match dir.snapshot(planned.version()).await {
+        Ok(now) => Ok(Arc::ptr_eq(&now.manifest, &planned.manifest)),
+        Err(_) => Ok(false),
+    }
+}
+
+async fn collect_physical(
+    session: &FragvecSession,
+    plan: Arc<dyn ExecutionPlan>,
+) -> Result<StatementResult> {
+    let schema = plan.schema();
+    let batches = datafusion::physical_plan::collect(plan, session.ctx.task_ctx()).await?;
+    Ok(StatementResult::rows(schema, batches))
+}
+
+/// Runs a plan in the session (which applies `SET`s), or in a one-off `state`.
+async fn execute_plan(
+    session: &FragvecSession,
+    state: Option<SessionState>,
+    plan: LogicalPlan,
+) -> Result<StatementResult> {
+    let is_insert = matches!(&plan, LogicalPlan::Dml(d) if matches!(d.op, WriteOp::Insert(_)));
+    let df = match state {
+        Some(state) => DataFrame::new(state, plan),
+        None => session.ctx.execute_logical_plan(plan).await?,
+    };
+    let schema = Arc::new(df.schema().as_arrow().clone());
+    let batches = df.collect().await?;
+    let mut result = StatementResult::rows(schema, batches);
+    if is_insert {
+        result.rows_affected = Some(count_of(&result));
+    }
+    Ok(result)
+}
+
+fn is_insert(statement: &DFStatement) -> bool {
+    matches!(statement, DFStatement::Statement(s) if matches!(s.as_ref(), Statement::Insert(_)))
+}
+
+fn count_of(result: &StatementResult) -> u64 {
+    result
+        .batches
+        .first()
+        .and_then(|b| b.column_by_name("count"))
+        .and_then(|c| c.as_any().downcast_ref::<UInt64Array>())
+        .map_or(0, |c| c.value(0))
+}
+
+/// The values of extracted vector literals, as DataFusion plans `[x, y, ...]`: lists.
+fn vector_params_values(vectors: Vec<Vec<f64>>) -> Vec<ScalarValue> {
+    vectors
+        .into_iter()
+        .map(|v| {
+            let list = ListArray::from_iter_primitive::<Float64Type, _, _>([Some(
+                v.into_iter().map(Some),
+            )]);
+            ScalarValue::List(Arc::new(list))
+        })
+        .collect()
+}
