@@ -30,7 +30,7 @@ use fragvec::rewrite::plan::CompactionOptions;
 use futures::StreamExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use roaring::{RoaringBitmap, RoaringTreemap};
+use roaring::RoaringTreemap;
 
 const DIM: usize = 8;
 const BLOBS: usize = 8;
@@ -121,7 +121,7 @@ async fn delete(snap: &Snapshot, addrs: &[u64]) -> Snapshot {
     for a in addrs {
         txn.deletions
             .entry(a >> 32)
-            .or_insert_with(RoaringBitmap::new)
+            .or_default()
             .insert((a & 0xFFFF_FFFF) as u32);
     }
     commit(&snap.dir, &snap.manifest, &txn).await.unwrap()

@@ -13,7 +13,8 @@
 //! Tables, scans and writes:
 //! * [`catalog`]: the database as a schema provider;
 //! * [`provider`], [`scan`], [`write`]: the table provider and its scan / insert operators;
-//! * [`dml`]: applying DELETE, UPDATE and MERGE (collecting a finder's rows, committing them);
+//! * [`dml`]: gathering DELETE, UPDATE and MERGE changes from their finder queries (the format
+//!   layer commits them, `format::changes`);
 //! * [`types`], the SQL types fragvec adds: `VECTOR(n)`.
 //!
 //! Vector search:
@@ -25,12 +26,13 @@
 //! Functions and maintenance:
 //! * [`udf`]: the vector distance functions; [`cluster_udf`]: `zorder` and `ivf_partition`;
 //! * [`functions`]: introspection table functions (`fragvec_fragments('t')`, ...);
+//!   [`computed`]: the provider of a table function's batch, computed when the query runs;
 //! * [`maintenance`]: COMPACT and VACUUM; [`recluster`]: RECLUSTER, `ALTER TABLE ... CLUSTER
 //!   BY` and `recluster_information`.
 //!
-//! `tests` (test builds only): what needs more than one statement at a time or a model:
-//! concurrent sessions, randomized DML and rewrites against a model or exact KNN, damaged
-//! index files.
+//! Scenarios that need more than one statement at a time or a model (concurrent sessions,
+//! randomized DML and rewrites against a model or exact KNN, damaged index files) are the
+//! integration tests in `tests/engine_scenarios.rs`.
 
 pub mod catalog;
 pub mod cluster_udf;
@@ -54,6 +56,3 @@ pub mod udf;
 pub mod write;
 
 pub use session::{FragvecSession, StatementResult, register};
-
-#[cfg(test)]
-mod tests;

@@ -6,16 +6,7 @@ use std::str::FromStr;
 use datafusion::common::config::ConfigExtension;
 use datafusion::common::{DataFusionError, config_err, config_field, extensions_options};
 
-/// How UPDATE (and MERGE's matched updates) store new values.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum UpdateMode {
-    /// Delete the old rows and append their new versions (same row id under stable row ids).
-    #[default]
-    RewriteRows,
-    /// Rewrite only the changed columns of the affected fragments in place: same fragment
-    /// ids, same row addresses.
-    RewriteColumns,
-}
+pub use crate::format::changes::UpdateMode;
 
 impl FromStr for UpdateMode {
     type Err = DataFusionError;

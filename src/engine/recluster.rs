@@ -10,7 +10,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, Float64Array, RecordBatch, StringArray, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{DFSchema, Result, ScalarValue, plan_datafusion_err, plan_err};
@@ -19,7 +18,6 @@ use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::{Expr, ScalarUDF};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::prelude::SessionContext;
-use futures::StreamExt;
 
 use super::cluster_udf::IvfPartition;
 use super::computed::{ComputedBatch, ComputedTable};
@@ -28,7 +26,7 @@ use crate::format::manifest::ROW_ADDR;
 use crate::format::{Database, Operation, Snapshot, Transaction, commit};
 use crate::index::assigned::assigned_partitions;
 use crate::index::cache::IndexCache;
-use crate::rewrite::live_rows;
+use crate::rewrite::clustering::{self, ClusteringInfo};
 use crate::rewrite::recluster::{ReclusterSpec, RowColumns, recluster};
 
 /// Key expressions compiled against the columns they use.
@@ -237,18 +235,8 @@ pub async fn set_cluster_key(
     Ok(())
 }
 
-/// How well the fragments are clustered by a key: each fragment's key range over its live
-/// rows, how many other fragments' ranges overlap it, and the depth (fragments whose ranges
-/// cover one key value).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClusteringInfo {
-    pub fragments: u64,
-    pub rows: u64,
-    pub average_overlaps: f64,
-    pub average_depth: f64,
-    pub max_depth: u64,
-}
-
+/// How well `snapshot` is clustered by `keys` (SQL expressions), see
+/// [`crate::rewrite::clustering`].
 pub async fn clustering_info(
     state: &SessionState,
     snapshot: &Snapshot,
@@ -256,82 +244,7 @@ pub async fn clustering_info(
     cache: &IndexCache,
 ) -> Result<ClusteringInfo> {
     let compiled = compile(state, snapshot, keys, cache).await?;
-    let mut ranges: Vec<(OwnedRow, OwnedRow)> = Vec::new();
-    let mut converter: Option<RowConverter> = None;
-    let mut rows = 0;
-    for f in &snapshot.manifest.fragments {
-        let deleted = Arc::new(snapshot.dir.read_deletions(f).await?);
-        let mut stream = live_rows(snapshot, f, deleted, compiled.schema.clone());
-        let mut range: Option<(OwnedRow, OwnedRow)> = None;
-        while let Some(batch) = stream.next().await {
-            let batch = batch?;
-            rows += batch.num_rows() as u64;
-            let cols: Vec<ArrayRef> = compiled
-                .exprs
-                .iter()
-                .map(|e| {
-                    e.evaluate(&batch)
-                        .and_then(|v| v.into_array(batch.num_rows()))
-                })
-                .collect::<Result<_>>()?;
-            let conv = match &mut converter {
-                Some(c) => c,
-                None => converter.insert(RowConverter::new(
-                    cols.iter()
-                        .map(|c| SortField::new(c.data_type().clone()))
-                        .collect(),
-                )?),
-            };
-            let keyed = conv.convert_columns(&cols)?;
-            for r in keyed.iter() {
-                match &mut range {
-                    None => range = Some((r.owned(), r.owned())),
-                    Some((lo, hi)) => {
-                        if r < lo.row() {
-                            *lo = r.owned();
-                        }
-                        if r > hi.row() {
-                            *hi = r.owned();
-                        }
-                    }
-                }
-            }
-        }
-        ranges.extend(range);
-    }
-    let n = ranges.len();
-    let mut overlaps = 0u64;
-    for i in 0..n {
-        for j in 0..n {
-            if i != j && ranges[i].0 <= ranges[j].1 && ranges[j].0 <= ranges[i].1 {
-                overlaps += 1;
-            }
-        }
-    }
-    // Depth: sweep the range endpoints, opening before closing at equal keys.
-    let mut events: Vec<(&OwnedRow, i32)> = Vec::with_capacity(2 * n);
-    for (lo, hi) in &ranges {
-        events.push((lo, 0));
-        events.push((hi, 1));
-    }
-    events.sort_by(|a, b| a.0.cmp(b.0).then(a.1.cmp(&b.1)));
-    let (mut depth, mut max_depth) = (0i64, 0i64);
-    for (_, kind) in events {
-        depth += if kind == 0 { 1 } else { -1 };
-        max_depth = max_depth.max(depth);
-    }
-    let average_overlaps = if n == 0 {
-        0.0
-    } else {
-        overlaps as f64 / n as f64
-    };
-    Ok(ClusteringInfo {
-        fragments: n as u64,
-        rows,
-        average_overlaps,
-        average_depth: if n == 0 { 0.0 } else { average_overlaps + 1.0 },
-        max_depth: max_depth as u64,
-    })
+    Ok(clustering::clustering_info(snapshot, &compiled).await?)
 }
 
 /// The `recluster_information('t' [, 'key, ...'])` table function.

@@ -1,9 +1,10 @@
 //! `FragvecSession`: a DataFusion `SessionContext` with fragvec's catalog, options and table
 //! functions, and the statement front end that runs SQL against it.
 //!
-//! This file owns the session and the routing of statements, nothing more: [`FragvecSession::execute`]
-//! matches a parsed statement once and hands its parts to the statement family that runs it,
-//! in [`super::statements`]:
+//! This file owns the session (its context, catalog, plan cache) and the helpers every
+//! statement uses (the retry loop, the latest snapshot, options). Running SQL —
+//! `FragvecSession::sql` / `sql_one` / `execute` — is in [`super::statements`], which matches a
+//! parsed statement once and hands its parts to the statement family that runs it:
 //! * fragvec's own statements: index statements ([`super::statements::index`]) and
 //!   COMPACT / RECLUSTER / VACUUM ([`super::statements::rewrite`]), each run on the latest
 //!   version and retried when a concurrent commit won;
@@ -21,11 +22,9 @@ use std::sync::Arc;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::catalog::SchemaProvider;
-use datafusion::common::{DataFusionError, Result, plan_datafusion_err, plan_err};
+use datafusion::common::{Result, plan_datafusion_err};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
-use datafusion::sql::parser::Statement as DFStatement;
-use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
 
 use super::catalog::FragvecSchema;
 use super::functions;
@@ -33,12 +32,10 @@ use super::index_ops;
 use super::knn_rule::KnnRule;
 use super::options::FragvecOptions;
 use super::plan_cache::PlanCache;
-use super::statements::{ddl, dml, index, query, rewrite};
 use super::udf;
 use super::write::count_schema;
 use crate::format::commit::retry::with_retries;
 use crate::format::{Database, Snapshot};
-use crate::sql::{FragvecStatement, parse_statements};
 
 pub use super::error::is_retryable;
 
@@ -179,147 +176,6 @@ impl FragvecSession {
         self.schema.database()
     }
 
-    /// Runs every statement in `sql`, in order, and returns their results. Stops at the first
-    /// error, which names the statement's position when there are several.
-    pub async fn sql(&self, sql: &str) -> Result<Vec<StatementResult>> {
-        let statements = parse_statements(sql)?;
-        let many = statements.len() > 1;
-        let mut results = Vec::with_capacity(statements.len());
-        for (i, statement) in statements.into_iter().enumerate() {
-            match self.execute(statement).await {
-                Ok(r) => results.push(r),
-                Err(e) if many => {
-                    return Err(DataFusionError::Context(
-                        format!("statement {}", i + 1),
-                        Box::new(e),
-                    ));
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(results)
-    }
-
-    /// Runs one statement of `sql` and returns its result.
-    pub async fn sql_one(&self, sql: &str) -> Result<StatementResult> {
-        let mut statements = parse_statements(sql)?;
-        if statements.len() != 1 {
-            return plan_err!("expected one statement, found {}", statements.len());
-        }
-        self.execute(statements.remove(0)).await
-    }
-
-    /// Runs one statement. fragvec's own statements (index, COMPACT, RECLUSTER, VACUUM) read
-    /// the latest version and run again, like DML, when a concurrent commit made theirs
-    /// impossible.
-    pub async fn execute(&self, statement: FragvecStatement) -> Result<StatementResult> {
-        if !reads_only(&statement) {
-            // Anything else may change a table or how queries plan.
-            self.plans.clear();
-        }
-        match statement {
-            FragvecStatement::DataFusion(s) => self.execute_datafusion(*s).await,
-            FragvecStatement::CreateVectorIndex {
-                name,
-                table,
-                column,
-                kind,
-                options,
-            } => {
-                self.retrying(|| index::create(self, &name, &table, &column, &kind, &options))
-                    .await
-            }
-            FragvecStatement::DropIndex {
-                name,
-                table,
-                if_exists,
-            } => {
-                self.retrying(|| index::drop(self, &name, &table, if_exists))
-                    .await
-            }
-            FragvecStatement::OptimizeIndex {
-                name,
-                table,
-                action,
-            } => {
-                self.retrying(|| index::optimize(self, &name, &table, action))
-                    .await
-            }
-            FragvecStatement::Compact { table, options } => {
-                self.retrying(|| rewrite::compact(self, &table, &options))
-                    .await
-            }
-            FragvecStatement::Recluster {
-                table,
-                keys,
-                options,
-                filter,
-            } => {
-                self.retrying(|| {
-                    rewrite::recluster(self, &table, &keys, &options, filter.as_deref())
-                })
-                .await
-            }
-            FragvecStatement::Vacuum {
-                table,
-                retain_versions,
-            } => {
-                self.retrying(|| rewrite::vacuum(self, &table, retain_versions))
-                    .await
-            }
-        }
-    }
-
-    /// Routes a statement DataFusion parsed: fragvec runs those it intercepts on its own
-    /// tables; DataFusion plans the rest (and those on session tables).
-    async fn execute_datafusion(&self, statement: DFStatement) -> Result<StatementResult> {
-        let statement = match statement {
-            DFStatement::Statement(s) => match *s {
-                Statement::CreateTable(create) => return ddl::create_table(self, create).await,
-                Statement::Drop {
-                    object_type: ObjectType::Table,
-                    ref names,
-                    if_exists,
-                    ..
-                } => {
-                    if let Some(r) = ddl::drop_tables(self, names, if_exists).await? {
-                        return Ok(r);
-                    }
-                    DFStatement::Statement(s)
-                }
-                Statement::AlterTable(ref alter) => {
-                    if let Some(r) = ddl::alter_table(self, alter).await? {
-                        return Ok(r);
-                    }
-                    DFStatement::Statement(s)
-                }
-                Statement::ShowTables { .. } => {
-                    self.schema.refresh().await?;
-                    DFStatement::Statement(s)
-                }
-                ref other => {
-                    if let Some(dml) = dml::Dml::of(other)
-                        && let Some(r) = dml::run(self, dml).await?
-                    {
-                        return Ok(r);
-                    }
-                    DFStatement::Statement(s)
-                }
-            },
-            DFStatement::Explain(explain) => {
-                if let DFStatement::Statement(inner) = explain.statement.as_ref()
-                    && let Some(dml) = dml::Dml::of(inner)
-                    && let Some(r) = dml::explain(self, dml, explain.options.analyze).await?
-                {
-                    return Ok(r);
-                }
-                DFStatement::Explain(explain)
-            }
-            other => other,
-        };
-        query::run(self, statement).await
-    }
-
     /// Runs `attempt` until it succeeds, fails with an error that is not a retryable commit
     /// conflict, or has been retried `fragvec.commit_retries` times.
     pub(super) async fn retrying<T, F, Fut>(&self, mut attempt: F) -> Result<T>
@@ -335,6 +191,19 @@ impl FragvecSession {
         index_ops::latest(self.database(), table).await
     }
 
+    /// The session state with round-robin repartitioning off: it would shuffle the rows of a
+    /// single-partition source, and INSERT / CREATE TABLE AS keep their source's order (the
+    /// logical order is the order given).
+    pub(super) fn order_preserving_state(&self) -> datafusion::execution::SessionState {
+        let mut state = self.ctx.state();
+        state
+            .config_mut()
+            .options_mut()
+            .optimizer
+            .enable_round_robin_repartition = false;
+        state
+    }
+
     pub(super) fn options(&self) -> FragvecOptions {
         self.ctx
             .state()
@@ -344,11 +213,4 @@ impl FragvecSession {
             .cloned()
             .unwrap_or_default()
     }
-}
-
-/// Whether a statement only reads (a query or an EXPLAIN), so cached plans stay valid.
-fn reads_only(statement: &FragvecStatement) -> bool {
-    matches!(statement, FragvecStatement::DataFusion(s)
-        if matches!(s.as_ref(), DFStatement::Explain(_))
-            || matches!(s.as_ref(), DFStatement::Statement(q) if matches!(q.as_ref(), Statement::Query(_))))
 }

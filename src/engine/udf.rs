@@ -228,8 +228,11 @@ impl VectorArg {
                     return None;
                 }
                 let n = a.value_length() as usize;
-                let values = a.values().as_primitive::<Float32Type>().values();
                 let start = i * n; // a FixedSizeListArray slices its values, so its offset is 0
+                if has_null_element(a.values(), start, n) {
+                    return None;
+                }
+                let values = a.values().as_primitive::<Float32Type>().values();
                 Some(&values[start..start + n])
             }
             VectorArg::List(a) => list_slice(a, i),
@@ -244,6 +247,19 @@ fn list_slice<O: OffsetSizeTrait>(a: &GenericListArray<O>, i: usize) -> Option<&
         return None;
     }
     let offsets = a.value_offsets();
+    let (start, end) = (offsets[i].as_usize(), offsets[i + 1].as_usize());
+    if has_null_element(a.values(), start, end - start) {
+        return None;
+    }
     let values = a.values().as_primitive::<Float32Type>().values();
-    Some(&values[offsets[i].as_usize()..offsets[i + 1].as_usize()])
+    Some(&values[start..end])
+}
+
+/// Whether elements `start..start + len` of a vector's values hold a NULL: such a vector has
+/// no distance (NULL out), rather than one computed from whatever sits behind the NULL.
+#[inline]
+fn has_null_element(values: &ArrayRef, start: usize, len: usize) -> bool {
+    values
+        .nulls()
+        .is_some_and(|n| n.null_count() > 0 && n.slice(start, len).null_count() > 0)
 }

@@ -7,7 +7,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{RecordBatch, UInt64Array};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -78,9 +78,27 @@ pub fn conform_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBa
                     )
                 })?
         };
+        if crate::engine::types::vector_dim(field.data_type()).is_some()
+            && let Some(row) = row_with_null_element(&column)
+        {
+            return exec_err!(
+                "column '{}': the vector in row {} of the statement holds a NULL element; a \
+                 vector must have a value in every element (a NULL vector is allowed)",
+                field.name(),
+                row + 1
+            );
+        }
         columns.push(column);
     }
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+/// The first non-NULL vector of a `FixedSizeList` column with a NULL element, if any.
+fn row_with_null_element(column: &ArrayRef) -> Option<usize> {
+    let list = column.as_fixed_size_list_opt()?;
+    let nulls = list.values().nulls().filter(|n| n.null_count() > 0)?;
+    let n = list.value_length() as usize;
+    (0..list.len()).find(|&i| list.is_valid(i) && nulls.slice(i * n, n).null_count() > 0)
 }
 
 /// Writes `streams` (one per input partition, in order) as fragments of `snapshot`'s table.

@@ -28,7 +28,7 @@ pub enum FormatError {
         table: String,
         version: u64,
         #[source]
-        reason: crate::format::commit::Conflict,
+        reason: crate::format::commit::reason::Conflict,
     },
     #[error("corrupt file {path}: {reason}")]
     Corrupt { path: String, reason: String },
@@ -47,6 +47,13 @@ pub enum FormatError {
         path: String,
         #[source]
         source: datafusion::parquet::errors::ParquetError,
+    },
+    /// A local file operation outside object_store (VACUUM's temporary-file sweep).
+    #[error("file system error at {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
     },
     #[error("arrow error: {0}")]
     Arrow(#[from] datafusion::arrow::error::ArrowError),

@@ -1,13 +1,25 @@
 //! The table format: manifests, fragments, deletion vectors, row ids and commits.
 //!
-//! This layer speaks Arrow and `object_store` only; it knows nothing of DataFusion's planner.
-//! The logical-order contract that every other layer relies on is written down in [`manifest`].
+//! * [`store`]: databases and table folders on an object store, snapshots, time travel;
+//! * [`manifest`]: the manifest model (the logical-order contract every other layer relies
+//!   on is written down there), [`index_meta`]: index definitions and segments in it;
+//! * [`fragment_io`]: Parquet fragments; [`deletion`]: deletion vectors; [`rowids`]: stable
+//!   row-id sequences; [`row_map_file`] and [`ledger_io`]: the files the reuse ledger needs;
+//! * [`commit`]: optimistic commits (pure conflict rules, rebase, one retry loop);
+//! * [`changes`]: DELETE / UPDATE / MERGE row changes turned into a transaction;
+//! * [`vacuum`]: removing unreferenced files; [`introspect`]: the table's state as batches;
+//! * [`error`]: the layer's error type, `FormatError`.
+//!
+//! This layer speaks Arrow, Parquet and `object_store` only; it knows nothing of DataFusion's
+//! planner.
 
+pub mod changes;
 pub mod commit;
 pub mod deletion;
 pub mod error;
 pub mod fragment_io;
 pub mod index_meta;
+pub mod introspect;
 pub mod ledger_io;
 pub mod manifest;
 pub mod row_map_file;

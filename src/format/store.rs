@@ -34,6 +34,9 @@ pub struct Database {
     store: Arc<dyn ObjectStore>,
     root: Path,
     location: String,
+    /// The folder of a database on the local file system (object_store's listing hides the
+    /// temporary files an interrupted write leaves there; VACUUM looks for them itself).
+    local_dir: Option<Arc<std::path::PathBuf>>,
     /// The latest version seen of each table, so finding the latest version costs two small
     /// reads instead of a listing of every manifest.
     latest_seen: LatestSeen,
@@ -53,6 +56,7 @@ impl Database {
     /// Opens a database at a local path, `file://` URL, `memory://[name]`, or (with the `s3`
     /// feature) an `s3://bucket/prefix` URL. A local directory is created if missing.
     pub async fn open(location: &str) -> Result<Self> {
+        let mut local_dir = None;
         let (store, root): (Arc<dyn ObjectStore>, Path) =
             if let Some(name) = location.strip_prefix("memory://") {
                 let mut stores = MEMORY_STORES.lock().expect("memory store registry");
@@ -77,12 +81,14 @@ impl Database {
                 let fs = object_store::local::LocalFileSystem::new_with_prefix(dir)
                     .map_err(|e| FormatError::store(dir, e))?
                     .with_automatic_cleanup(true);
+                local_dir = Some(Arc::new(std::path::PathBuf::from(dir)));
                 (Arc::new(fs), Path::default())
             };
         Ok(Self {
             store,
             root,
             location: location.to_string(),
+            local_dir,
             latest_seen: LatestSeen::default(),
             manifests: ManifestCache::default(),
         })
@@ -94,6 +100,7 @@ impl Database {
             store,
             root,
             location,
+            local_dir: None,
             latest_seen: LatestSeen::default(),
             manifests: ManifestCache::default(),
         }
@@ -113,6 +120,7 @@ impl Database {
             store: self.store.clone(),
             root: self.root.clone().join(name),
             name: name.to_string(),
+            local_dir: self.local_dir.as_ref().map(|d| Arc::new(d.join(name))),
             latest_seen: self.latest_seen.clone(),
             manifests: self.manifests.clone(),
         })
@@ -240,6 +248,8 @@ pub struct TableDir {
     store: Arc<dyn ObjectStore>,
     root: Path,
     name: String,
+    /// The table's folder, when the database is a local directory.
+    local_dir: Option<Arc<std::path::PathBuf>>,
     latest_seen: LatestSeen,
     manifests: ManifestCache,
 }
@@ -251,6 +261,11 @@ impl TableDir {
 
     pub fn store(&self) -> &Arc<dyn ObjectStore> {
         &self.store
+    }
+
+    /// The table's folder on the local file system, if the database is a local directory.
+    pub fn local_dir(&self) -> Option<&std::path::Path> {
+        self.local_dir.as_deref().map(|p| p.as_path())
     }
 
     /// Absolute store path of a path relative to the table root.

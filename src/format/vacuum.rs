@@ -9,6 +9,11 @@
 //! grace period must exceed the longest write. Manifests of dropped versions go too (time
 //! travel to them ends). The latest version is always kept, and ledger entries no segment
 //! needs were already dropped at commit time.
+//!
+//! On a local directory, a write killed mid-upload leaves a temporary file beside its target
+//! (`data/x.parquet#1`, `_deletions/y.del#1`, `_versions/…manifest#1`). object_store's listing
+//! hides those, so VACUUM walks the table's folder itself and removes every temporary file
+//! older than the grace period, in every folder (`_versions/` included).
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -99,10 +104,90 @@ pub async fn vacuum(dir: &TableDir, retain: Option<u64>, grace: Duration) -> Res
         metrics.files_removed += 1;
         metrics.bytes_removed += object.size;
     }
+    if let Some(local) = dir.local_dir() {
+        let (files, bytes) = remove_temporary_files(local, grace).await?;
+        metrics.files_removed += files;
+        metrics.bytes_removed += bytes;
+    }
     // Manifests last: until here every dropped version still read.
     for v in &versions[..keep_from] {
         dir.delete_manifest(*v).await?;
         metrics.versions_removed += 1;
     }
     Ok(metrics)
+}
+
+/// Whether a file name is a temporary upload of object_store's local file system: the target
+/// name, `#`, and a number.
+fn is_temporary(name: &str) -> bool {
+    name.rsplit_once('#').is_some_and(|(target, n)| {
+        !target.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
+/// Removes temporary files under `root` (recursively) last modified longer than `grace` ago.
+/// Returns (files, bytes) removed.
+async fn remove_temporary_files(root: &std::path::Path, grace: Duration) -> Result<(u64, u64)> {
+    let shown = root.display().to_string();
+    let root = root.to_path_buf();
+    let walk = move || -> std::io::Result<(u64, u64)> {
+        let mut removed = (0u64, 0u64);
+        let mut folders = vec![root];
+        while let Some(folder) = folders.pop() {
+            let entries = match std::fs::read_dir(&folder) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            for entry in entries {
+                let entry = entry?;
+                let meta = entry.metadata()?;
+                if meta.is_dir() {
+                    folders.push(entry.path());
+                    continue;
+                }
+                let name = entry.file_name();
+                let old_enough = meta
+                    .modified()
+                    .ok()
+                    .and_then(|m| m.elapsed().ok())
+                    .is_some_and(|age| age >= grace);
+                if is_temporary(&name.to_string_lossy()) && old_enough {
+                    match std::fs::remove_file(entry.path()) {
+                        Ok(()) => {
+                            removed.0 += 1;
+                            removed.1 += meta.len();
+                        }
+                        // Another VACUUM (or the writer's own cleanup) got there first.
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+        Ok(removed)
+    };
+    let io = |source| FormatError::Io {
+        path: shown.clone(),
+        source,
+    };
+    tokio::task::spawn_blocking(walk)
+        .await
+        .map_err(|e| io(std::io::Error::other(e)))?
+        .map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporary_names_are_target_hash_number() {
+        assert!(is_temporary("x.parquet#1"));
+        assert!(is_temporary("00000000000000000003.manifest#12"));
+        assert!(!is_temporary("x.parquet"));
+        assert!(!is_temporary("x#"));
+        assert!(!is_temporary("#1"));
+        assert!(!is_temporary("x#1a"));
+    }
 }

@@ -301,7 +301,7 @@ impl IndexCache {
         model: &IvfModel,
     ) -> Result<Arc<Footer>> {
         let footer = self.footer(dir, &segment.file, segment.size_bytes).await?;
-        segment::check_footer(dir, segment, &footer, model)?;
+        check_footer(dir, segment, &footer, model)?;
         Ok(footer)
     }
 
@@ -393,6 +393,35 @@ impl IndexCache {
         self.admit(key, Entry::Partition(out.clone()));
         Ok(out)
     }
+}
+
+/// Checks a segment's footer against its index model and its manifest entry, so a foreign
+/// or mismatched file is refused before any partition is read.
+fn check_footer(
+    dir: &TableDir,
+    segment: &IndexSegment,
+    footer: &Footer,
+    model: &IvfModel,
+) -> crate::format::Result<()> {
+    let width = model.pq.as_ref().map_or(model.dim * 4, |pq| pq.sub_vectors);
+    if footer.partitions.len() != model.partitions()
+        || footer.row_width != width
+        || footer.rows() != segment.rows
+    {
+        return Err(FormatError::corrupt(
+            dir.path(&segment.file),
+            format!(
+                "segment has {} partitions of {}-byte rows ({} rows); its index expects {} \
+                 partitions of {width}-byte rows and the manifest {} rows",
+                footer.partitions.len(),
+                footer.row_width,
+                footer.rows(),
+                model.partitions(),
+                segment.rows
+            ),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

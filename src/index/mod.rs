@@ -10,6 +10,8 @@
 //!   byte budget.
 //! * [`knn`]: the one entry point answering a KNN request for a table snapshot.
 //! * [`optimize`]: creating, appending to, merging, retraining and dropping an index.
+//! * [`assigned`]: the partition the index assigned to each row it holds (`ivf_partition`).
+//! * [`introspect`]: `fragvec_indexes` figures.
 //!
 //! Uses `format` (files, manifests, commits) and `ledger` (translation); knows nothing of
 //! DataFusion's planner. Errors: [`IndexError`].
@@ -19,6 +21,7 @@ pub mod build;
 pub mod cache;
 pub mod distance;
 pub mod error;
+pub mod introspect;
 pub mod ivf;
 pub mod kmeans;
 pub mod knn;

@@ -16,8 +16,6 @@ use std::ops::Range;
 use bytes::Bytes;
 use object_store::ObjectStoreExt;
 
-use super::ivf::IvfModel;
-use crate::format::index_meta::IndexSegment;
 use crate::format::{FormatError, Result, TableDir};
 
 const MAGIC: &[u8; 8] = b"FVSEG001";
@@ -194,35 +192,6 @@ pub async fn read_footer(dir: &TableDir, file: &str, size: u64) -> Result<Footer
         .await
         .map_err(|e| FormatError::store(&path, e))?;
     decode_footer(&bytes, size).map_err(corrupt)
-}
-
-/// Checks a segment's footer against its index model and its manifest entry, so a foreign
-/// or mismatched file is refused before any partition is read.
-pub fn check_footer(
-    dir: &TableDir,
-    segment: &IndexSegment,
-    footer: &Footer,
-    model: &IvfModel,
-) -> Result<()> {
-    let width = model.pq.as_ref().map_or(model.dim * 4, |pq| pq.sub_vectors);
-    if footer.partitions.len() != model.partitions()
-        || footer.row_width != width
-        || footer.rows() != segment.rows
-    {
-        return Err(FormatError::corrupt(
-            dir.path(&segment.file),
-            format!(
-                "segment has {} partitions of {}-byte rows ({} rows); its index expects {} \
-                 partitions of {width}-byte rows and the manifest {} rows",
-                footer.partitions.len(),
-                footer.row_width,
-                footer.rows(),
-                model.partitions(),
-                segment.rows
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// Reads and decodes partition `p` of a segment file (one range read).

@@ -4,10 +4,12 @@
 //! their sources and recorded in the reuse ledger, so index segments are translated rather
 //! than rebuilt.
 
+pub mod clustering;
 pub mod compact;
 pub mod partition;
 pub mod plan;
 pub mod recluster;
+pub mod zorder;
 
 use std::sync::Arc;
 
@@ -63,7 +65,7 @@ pub type Result<T> = std::result::Result<T, RewriteError>;
 
 /// The live rows of one fragment (columns of `schema`), in offset order. A `_rowaddr` field
 /// in `schema` is filled with the rows' addresses.
-pub(crate) fn live_rows(
+pub fn live_rows(
     snapshot: &Snapshot,
     fragment: &Fragment,
     deleted: Arc<RoaringBitmap>,

@@ -104,12 +104,7 @@ pub async fn create_table(
         return Ok(StatementResult::empty());
     }
     // CREATE TABLE ... AS SELECT: load the query's rows as the first append, in order.
-    let mut state = session.ctx.state();
-    state
-        .config_mut()
-        .options_mut()
-        .optimizer
-        .enable_round_robin_repartition = false;
+    let state = session.order_preserving_state();
     let df = DataFrame::new(state, cmd.input.as_ref().clone());
     let streams = df.execute_stream_partitioned().await?;
     let rows = append_streams(&snapshot, streams).await?;

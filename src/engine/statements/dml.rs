@@ -2,7 +2,7 @@
 //!
 //! A statement becomes a query (its *finder*, see [`crate::sql::finder`]) over the target
 //! table pinned at its latest version, with virtual columns; its rows say which target rows
-//! change and how. [`RowChanges`] collects them and commits one transaction. When a
+//! change and how. [`collect_changes`] gathers them and the format layer commits one transaction. When a
 //! concurrent writer made the commit impossible, the whole statement runs again from a fresh
 //! snapshot (at most `fragvec.commit_retries` times). Statements whose target is a session
 //! table are left to DataFusion (`None`).
@@ -13,7 +13,7 @@ use datafusion::sql::sqlparser::ast::{Delete, Merge, Statement, Update};
 
 use super::query;
 use crate::engine::catalog::RelationName;
-use crate::engine::dml::RowChanges;
+use crate::engine::dml::collect_changes;
 use crate::engine::session::{FragvecSession, StatementResult};
 use crate::engine::types;
 use crate::format::{Operation, Snapshot};
@@ -58,7 +58,7 @@ pub async fn run(session: &FragvecSession, dml: Dml<'_>) -> Result<Option<Statem
                 return Ok(None);
             };
             let query = finder_frame(session, &finder.sql).await?;
-            let changes = RowChanges::collect(
+            let changes = collect_changes(
                 query.execute_stream().await?,
                 &snapshot.schema,
                 finder.default_action,

@@ -1,7 +1,8 @@
-//! The statements fragvec runs itself, one file per family. [`super::session`] routes each
-//! parsed statement here once, passing the parts it already matched; every function runs one
-//! statement (or one attempt of it, for those the session retries) and returns its
-//! [`StatementResult`](super::StatementResult).
+//! Running SQL: `FragvecSession::sql`, `sql_one` and `execute` route each parsed statement
+//! once, passing the parts they already matched to one file per statement family; every
+//! function there runs one statement (or one attempt of it, for those the session retries)
+//! and returns its [`StatementResult`]. The session itself ([`super::session`]) knows nothing
+//! of the families, so the arrows point one way: routing → families → session.
 //!
 //! * [`ddl`]: CREATE TABLE (with `VECTOR(n)` columns, `WITH` properties, `CLUSTER BY`),
 //!   DROP TABLE, ALTER TABLE ... CLUSTER BY / DROP CLUSTERING KEY;
@@ -18,3 +19,160 @@ pub mod dml;
 pub mod index;
 pub mod query;
 pub mod rewrite;
+
+use datafusion::common::{DataFusionError, Result, plan_err};
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
+
+use super::session::{FragvecSession, StatementResult};
+use crate::sql::{FragvecStatement, parse_statements};
+
+impl FragvecSession {
+    /// Runs every statement in `sql`, in order, and returns their results. Stops at the first
+    /// error, which names the statement's position when there are several.
+    pub async fn sql(&self, sql: &str) -> Result<Vec<StatementResult>> {
+        let statements = parse_statements(sql)?;
+        let many = statements.len() > 1;
+        let mut results = Vec::with_capacity(statements.len());
+        for (i, statement) in statements.into_iter().enumerate() {
+            match self.execute(statement).await {
+                Ok(r) => results.push(r),
+                Err(e) if many => {
+                    return Err(DataFusionError::Context(
+                        format!("statement {}", i + 1),
+                        Box::new(e),
+                    ));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(results)
+    }
+
+    /// Runs one statement of `sql` and returns its result.
+    pub async fn sql_one(&self, sql: &str) -> Result<StatementResult> {
+        let mut statements = parse_statements(sql)?;
+        if statements.len() != 1 {
+            return plan_err!("expected one statement, found {}", statements.len());
+        }
+        self.execute(statements.remove(0)).await
+    }
+
+    /// Runs one statement. fragvec's own statements (index, COMPACT, RECLUSTER, VACUUM) read
+    /// the latest version and run again, like DML, when a concurrent commit made theirs
+    /// impossible.
+    pub async fn execute(&self, statement: FragvecStatement) -> Result<StatementResult> {
+        if !reads_only(&statement) {
+            // Anything else may change a table or how queries plan.
+            self.plans.clear();
+        }
+        match statement {
+            FragvecStatement::DataFusion(s) => self.execute_datafusion(*s).await,
+            FragvecStatement::CreateVectorIndex {
+                name,
+                table,
+                column,
+                kind,
+                options,
+            } => {
+                self.retrying(|| index::create(self, &name, &table, &column, &kind, &options))
+                    .await
+            }
+            FragvecStatement::DropIndex {
+                name,
+                table,
+                if_exists,
+            } => {
+                self.retrying(|| index::drop(self, &name, &table, if_exists))
+                    .await
+            }
+            FragvecStatement::OptimizeIndex {
+                name,
+                table,
+                action,
+            } => {
+                self.retrying(|| index::optimize(self, &name, &table, action))
+                    .await
+            }
+            FragvecStatement::Compact { table, options } => {
+                self.retrying(|| rewrite::compact(self, &table, &options))
+                    .await
+            }
+            FragvecStatement::Recluster {
+                table,
+                keys,
+                options,
+                filter,
+            } => {
+                self.retrying(|| {
+                    rewrite::recluster(self, &table, &keys, &options, filter.as_deref())
+                })
+                .await
+            }
+            FragvecStatement::Vacuum {
+                table,
+                retain_versions,
+            } => {
+                self.retrying(|| rewrite::vacuum(self, &table, retain_versions))
+                    .await
+            }
+        }
+    }
+
+    /// Routes a statement DataFusion parsed: fragvec runs those it intercepts on its own
+    /// tables; DataFusion plans the rest (and those on session tables).
+    async fn execute_datafusion(&self, statement: DFStatement) -> Result<StatementResult> {
+        let statement = match statement {
+            DFStatement::Statement(s) => match *s {
+                Statement::CreateTable(create) => return ddl::create_table(self, create).await,
+                Statement::Drop {
+                    object_type: ObjectType::Table,
+                    ref names,
+                    if_exists,
+                    ..
+                } => {
+                    if let Some(r) = ddl::drop_tables(self, names, if_exists).await? {
+                        return Ok(r);
+                    }
+                    DFStatement::Statement(s)
+                }
+                Statement::AlterTable(ref alter) => {
+                    if let Some(r) = ddl::alter_table(self, alter).await? {
+                        return Ok(r);
+                    }
+                    DFStatement::Statement(s)
+                }
+                Statement::ShowTables { .. } => {
+                    self.schema.refresh().await?;
+                    DFStatement::Statement(s)
+                }
+                ref other => {
+                    if let Some(dml) = dml::Dml::of(other)
+                        && let Some(r) = dml::run(self, dml).await?
+                    {
+                        return Ok(r);
+                    }
+                    DFStatement::Statement(s)
+                }
+            },
+            DFStatement::Explain(explain) => {
+                if let DFStatement::Statement(inner) = explain.statement.as_ref()
+                    && let Some(dml) = dml::Dml::of(inner)
+                    && let Some(r) = dml::explain(self, dml, explain.options.analyze).await?
+                {
+                    return Ok(r);
+                }
+                DFStatement::Explain(explain)
+            }
+            other => other,
+        };
+        query::run(self, statement).await
+    }
+}
+
+/// Whether a statement only reads (a query or an EXPLAIN), so cached plans stay valid.
+fn reads_only(statement: &FragvecStatement) -> bool {
+    matches!(statement, FragvecStatement::DataFusion(s)
+        if matches!(s.as_ref(), DFStatement::Explain(_))
+            || matches!(s.as_ref(), DFStatement::Statement(q) if matches!(q.as_ref(), Statement::Query(_))))
+}

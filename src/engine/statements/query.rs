@@ -12,10 +12,11 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{ListArray, UInt64Array};
 use datafusion::arrow::datatypes::Float64Type;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{Result, ScalarValue, internal_err};
 use datafusion::dataframe::DataFrame;
 use datafusion::execution::SessionState;
-use datafusion::logical_expr::{LogicalPlan, WriteOp};
+use datafusion::logical_expr::{Expr, LogicalPlan, Volatility, WriteOp};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::Statement;
@@ -48,12 +49,7 @@ pub async fn run(session: &FragvecSession, mut statement: DFStatement) -> Result
     let result = if is_insert(&statement) {
         // Round-robin repartitioning would shuffle the rows of a single-partition source;
         // INSERT keeps its source's order so the logical order is the order given.
-        let mut state = session.ctx.state();
-        state
-            .config_mut()
-            .options_mut()
-            .optimizer
-            .enable_round_robin_repartition = false;
+        let state = session.order_preserving_state();
         let plan = state.statement_to_plan(statement).await?;
         execute_plan(session, Some(state), plan).await
     } else if !vectors.is_empty() && matches!(&statement, DFStatement::Statement(_)) {
@@ -159,6 +155,9 @@ async fn run_vector_query(
         return collect_physical(session, plan).await;
     }
     let plan = session.ctx.state().statement_to_plan(statement).await?;
+    // `now()`, `current_date`, `random()`, ... are folded into constants when a plan is made:
+    // such a plan answers for the moment it was planned, so it is never kept.
+    let keep = !calls_non_immutable_functions(&plan)?;
     let plan = plan.with_param_values(vector_params_values(vectors.clone()))?;
     let physical = session
         .ctx
@@ -166,7 +165,7 @@ async fn run_vector_query(
         .await?
         .create_physical_plan()
         .await?;
-    if plan_cache::reusable(&physical, &vectors)? {
+    if keep && plan_cache::reusable(&physical, &vectors)? {
         // The kept plan is never run itself: each run gets a fresh copy.
         if let Some(fresh) = plan_cache::rebind(&physical, &vectors, &vectors)? {
             session.plans.put(
@@ -180,6 +179,26 @@ async fn run_vector_query(
         }
     }
     collect_physical(session, physical).await
+}
+
+/// Whether a logical plan (subqueries included) calls a function whose result may change
+/// between runs of the same statement (volatility other than immutable).
+fn calls_non_immutable_functions(plan: &LogicalPlan) -> Result<bool> {
+    let mut found = false;
+    plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|expr| {
+            expr.apply(|e| {
+                if let Expr::ScalarFunction(f) = e
+                    && f.func.signature().volatility != Volatility::Immutable
+                {
+                    found = true;
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    })?;
+    Ok(found)
 }
 
 /// Whether the table a cached plan reads is still the one it was planned for (a table

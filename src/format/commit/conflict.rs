@@ -21,9 +21,10 @@
 //!    ([`Conflict::RewriteSourceRemoved`]) with the data files the rewrite read
 //!    ([`Conflict::RewriteSourceRewritten`]).
 //! 4. [`check_deletions`], per fragment, once the caller has read the deletion vectors (IO):
-//!    rows a winner deleted must not be rows this transaction deletes
-//!    ([`Conflict::RowsDeletedByWinner`]): those rows were updated or deleted concurrently,
-//!    so the rows the statement read are gone.
+//!    rows a winner deleted must not be rows this transaction deletes or rewrites in place
+//!    (`Transaction::updated_in_place`) ([`Conflict::RowsDeletedByWinner`]): those rows were
+//!    updated or deleted concurrently, so the rows the statement read are gone (a column
+//!    rewrite rebased over them would put the new values on a dead row: a lost update).
 //! 5. [`check_applied`], only for a rebased index change, on the manifest the rebase would
 //!    produce: no index defined twice ([`Conflict::IndexCreatedTwice`]), no segment of a
 //!    dropped index ([`Conflict::IndexDropped`]), no fragment owned by two segments of one
@@ -52,66 +53,7 @@ use super::transaction::{IndexChange, NewSegment, Transaction};
 use crate::format::manifest::Manifest;
 use crate::ledger::ids::FragmentId;
 
-/// Why a transaction cannot be applied onto the latest version. The statement must re-read
-/// the table and try again.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Conflict {
-    /// A fragment this transaction deletes rows of, or rewrites columns of, is gone (a winner
-    /// rewrote or removed it).
-    #[error("fragment {fragment} was removed by a concurrent commit")]
-    FragmentRemoved { fragment: FragmentId },
-    /// A fragment this transaction touches is not in the version it read.
-    #[error("fragment {fragment} is not in the version the statement read")]
-    FragmentNotRead { fragment: FragmentId },
-    /// A fragment this transaction touches holds other data files than when it was read (a
-    /// winner rewrote columns of it in place).
-    #[error("fragment {fragment} was rewritten by a concurrent commit")]
-    FragmentRewritten { fragment: FragmentId },
-    /// A winner deleted (or updated away) `rows` of the rows this transaction deletes.
-    #[error("{rows} rows of fragment {fragment} were deleted or updated concurrently")]
-    RowsDeletedByWinner { fragment: FragmentId, rows: u64 },
-    /// A segment a rebased index change replaces was replaced (merged, retrained, dropped)
-    /// by a winner.
-    #[error("segment {segment} of index '{index}' was replaced by a concurrent commit")]
-    SegmentReplaced { index: String, segment: u64 },
-    /// A fragment the new segments of a rebased index change hold left the table (a winner
-    /// rewrote it): keeping the segment would let it own rows another segment owns, or rows
-    /// changed since it read them.
-    #[error("fragment {fragment} was rewritten or removed while index '{index}' was being built")]
-    FragmentLeftDuringBuild { index: String, fragment: FragmentId },
-    /// A source of a rewrite is gone (a winner rewrote or removed it).
-    #[error("fragment {fragment} was rewritten or removed by a concurrent commit")]
-    RewriteSourceRemoved { fragment: FragmentId },
-    /// A source of a rewrite holds other data files than when the rewrite read it.
-    #[error("fragment {fragment} was rewritten in place by a concurrent commit")]
-    RewriteSourceRewritten { fragment: FragmentId },
-    /// A rebased index change names an index a winner dropped.
-    #[error("index '{index}' was dropped by a concurrent commit")]
-    IndexDropped { index: String },
-    /// A rebased index creation collides with a winner's index of the same name.
-    #[error("index '{index}' was created by a concurrent commit too")]
-    IndexCreatedTwice { index: String },
-    /// After the rebase, two segments of one index would own one fragment (e.g. two
-    /// concurrent appends indexed the same fragments).
-    #[error(
-        "fragment {fragment} would be owned by two segments of index '{index}' \
-         (segments {first} and {second})",
-        first = .segments[0],
-        second = .segments[1]
-    )]
-    FragmentOwnedTwice {
-        index: String,
-        fragment: FragmentId,
-        segments: [u64; 2],
-    },
-    /// A rebased index change would produce a manifest that fails validation for another
-    /// reason (the validator's own words).
-    #[error("the rebased commit would produce an invalid manifest: {reason}")]
-    InvalidAfterRebase { reason: String },
-    /// The commit lost the race to publish the next version this many times in a row.
-    #[error("too many concurrent commits ({attempts} lost races)")]
-    TooManyConcurrentCommits { attempts: usize },
-}
+pub use super::reason::Conflict;
 
 /// Whether applying `txn` onto `latest` is a rebase (winners committed since it read).
 pub fn is_rebase(latest: &Manifest, txn: &Transaction) -> bool {

@@ -47,6 +47,7 @@ use super::store::{Snapshot, TableDir, random_tag};
 use crate::ledger::Mapping;
 
 pub mod conflict;
+pub mod reason;
 pub mod rebase;
 pub mod retry;
 pub mod transaction;
@@ -82,6 +83,18 @@ pub async fn commit(dir: &Arc<TableDir>, read: &Manifest, txn: &Transaction) -> 
         };
         latest.check_writable(dir.name())?;
         conflict::check(read, &latest, txn).map_err(|c| conflict(latest.version, c))?;
+        // Rows a winner deleted must be neither rows we delete nor rows whose values we
+        // rewrite in place.
+        for (id, rows) in &txn.updated_in_place {
+            let now = latest.fragment(*id).expect("checked by conflict::check");
+            let before = read.fragment(*id).expect("checked by conflict::check");
+            if now.deletion != before.deletion {
+                let by_winners =
+                    &dir.read_deletions(now).await? - &dir.read_deletions(before).await?;
+                conflict::check_deletions(*id, &by_winners, rows)
+                    .map_err(|c| conflict(latest.version, c))?;
+            }
+        }
         let mut deletion_files = BTreeMap::new();
         for (id, new) in &txn.deletions {
             let now = latest.fragment(*id).expect("checked by conflict::check");

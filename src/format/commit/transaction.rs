@@ -161,6 +161,10 @@ pub struct Transaction {
     pub deletions: BTreeMap<u64, RoaringBitmap>,
     /// In-place column rewrites: the new file replaces its columns in the fragment.
     pub column_rewrites: BTreeMap<u64, DataFile>,
+    /// With `column_rewrites`: the offsets whose values the new files change, by fragment
+    /// id. A winner that deleted one of them (a concurrent UPDATE moved the row, or a DELETE
+    /// removed it) makes the commit conflict: the new values would land on a dead row.
+    pub updated_in_place: BTreeMap<u64, RoaringBitmap>,
     /// At most one change to the table's indexes.
     pub index_change: Option<IndexChange>,
     /// For index builds: the data files of every fragment the new segments cover, as read.
@@ -181,6 +185,7 @@ impl Transaction {
             appends: vec![],
             deletions: BTreeMap::new(),
             column_rewrites: BTreeMap::new(),
+            updated_in_place: BTreeMap::new(),
             index_change: None,
             read_fragment_files: BTreeMap::new(),
             rewrites: vec![],

@@ -140,6 +140,7 @@ fn txn(op: Op, m: &Manifest, (g, r): (u64, u32), name: &str) -> Transaction {
                 size_bytes: 1,
             };
             t.column_rewrites.insert(g, file);
+            t.updated_in_place.insert(g, rows);
         }
         Op::Compact => {
             let source = m.fragment(g).unwrap().clone();
@@ -220,7 +221,7 @@ fn outcome(m: &Manifest, winner: &Transaction, ours: &Transaction) -> Outcome {
     if let Err(c) = check(m, &latest, ours) {
         return C(label(&c));
     }
-    for (f, rows) in &ours.deletions {
+    for (f, rows) in ours.deletions.iter().chain(&ours.updated_in_place) {
         let by_winners = winner.deletions.get(f).cloned().unwrap_or_default();
         if let Err(c) = check_deletions(*f, &by_winners, rows) {
             return C(label(&c));
@@ -249,7 +250,7 @@ const EXPECTED: [(Op, Op, [Outcome; 3]); 81] = [
     (Op::Delete, Op::Append, [R, R, R]),
     (Op::Delete, Op::Delete, [C("RowsDeletedByWinner"), R, R]),
     (Op::Delete, Op::UpdateRows, [C("RowsDeletedByWinner"), R, R]),
-    (Op::Delete, Op::UpdateColumns, [R, R, R]),
+    (Op::Delete, Op::UpdateColumns, [C("RowsDeletedByWinner"), R, R]),
     (Op::Delete, Op::Compact, [R, R, R]),
     (Op::Delete, Op::IndexCreate, [R, R, R]),
     (Op::Delete, Op::IndexAppend, [R, R, R]),
@@ -258,7 +259,7 @@ const EXPECTED: [(Op, Op, [Outcome; 3]); 81] = [
     (Op::UpdateRows, Op::Append, [R, R, R]),
     (Op::UpdateRows, Op::Delete, [C("RowsDeletedByWinner"), R, R]),
     (Op::UpdateRows, Op::UpdateRows, [C("RowsDeletedByWinner"), R, R]),
-    (Op::UpdateRows, Op::UpdateColumns, [R, R, R]),
+    (Op::UpdateRows, Op::UpdateColumns, [C("RowsDeletedByWinner"), R, R]),
     (Op::UpdateRows, Op::Compact, [R, R, R]),
     (Op::UpdateRows, Op::IndexCreate, [R, R, R]),
     (Op::UpdateRows, Op::IndexAppend, [R, R, R]),

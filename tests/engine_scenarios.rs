@@ -1,11 +1,11 @@
-//! Engine tests that need more than one statement at a time or a model: concurrent sessions,
+//! Engine scenarios that need more than one statement at a time or a model: concurrent sessions,
 //! randomized DML against an in-memory model, randomized rewrites against exact KNN, and
 //! damaged index files.
 
 use datafusion::arrow::array::{AsArray, Int64Array};
 use datafusion::arrow::datatypes::Int64Type;
 
-use super::FragvecSession;
+use fragvec::engine::FragvecSession;
 
 async fn ids_and_values(s: &FragvecSession) -> Vec<(i64, i64)> {
     let r = s.sql_one("SELECT id, v FROM t ORDER BY id").await.unwrap();
@@ -362,8 +362,8 @@ async fn random_rewrites_keep_knn_equal_to_exact() {
 /// disjoint fragments both commit and both land in the ledger.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_races_dml_and_other_compactions() {
-    use crate::rewrite::compact::{execute, plan};
-    use crate::rewrite::plan::CompactionOptions;
+    use fragvec::rewrite::compact::{execute, plan};
+    use fragvec::rewrite::plan::CompactionOptions;
     let (_tmp, s) = scratch_session().await;
     s.sql("CREATE TABLE t (id BIGINT, v VECTOR(2))")
         .await
@@ -452,7 +452,7 @@ async fn vacuum_keeps_what_retained_versions_need() {
     let before = scan(&s, q).await;
     // With the default grace period nothing this young goes.
     let r = s.sql_one("VACUUM t RETAIN 1 VERSIONS").await.unwrap();
-    let removed = |r: &crate::engine::session::StatementResult, c: usize| {
+    let removed = |r: &fragvec::engine::session::StatementResult, c: usize| {
         r.batches[0]
             .column(c)
             .as_primitive::<datafusion::arrow::datatypes::UInt64Type>()
@@ -486,7 +486,7 @@ async fn vacuum_keeps_what_retained_versions_need() {
 /// it; a corrupt row map is a clear error, never a wrong answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recluster_races_dml_and_compaction() {
-    use crate::rewrite::recluster::{ReclusterSpec, recluster};
+    use fragvec::rewrite::recluster::{ReclusterSpec, recluster};
     let tmp = tempfile::tempdir().unwrap();
     let loc = tmp.path().to_str().unwrap().to_string();
     let s = FragvecSession::open(&loc).await.unwrap();
@@ -502,13 +502,14 @@ async fn recluster_races_dml_and_compaction() {
     let dir = std::sync::Arc::new(s.database().table("t").unwrap());
     let before = dir.latest().await.unwrap();
     let state = s.context().state();
-    let cache = crate::index::cache::IndexCache::new(1 << 20);
-    let keys = super::recluster::compile(&state, &before, &["k".to_string()], &cache)
+    let cache = fragvec::index::cache::IndexCache::new(1 << 20);
+    let keys = fragvec::engine::recluster::compile(&state, &before, &["k".to_string()], &cache)
         .await
         .unwrap();
-    let filter = super::recluster::compile(&state, &before, &["id < 40".to_string()], &cache)
-        .await
-        .unwrap();
+    let filter =
+        fragvec::engine::recluster::compile(&state, &before, &["id < 40".to_string()], &cache)
+            .await
+            .unwrap();
     let spec = ReclusterSpec {
         keys: std::sync::Arc::new(keys),
         filter: Some(std::sync::Arc::new(filter)),
@@ -544,7 +545,7 @@ async fn recluster_races_dml_and_compaction() {
 
     // Corrupt the row map: the next session's KNN query fails clearly.
     let manifest = dir.latest().await.unwrap().manifest;
-    let crate::ledger::Mapping::StablePartition {
+    let fragvec::ledger::Mapping::StablePartition {
         row_map,
         size_bytes,
     } = &manifest.reuse_ledger[0].mapping
@@ -575,8 +576,8 @@ async fn recluster_races_dml_and_compaction() {
 /// fails with a retryable conflict; through SQL the statement re-reads and succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn index_changes_built_before_a_rewrite_conflict() {
-    use crate::engine::index_ops;
-    use crate::sql::OptimizeAction;
+    use fragvec::engine::index_ops;
+    use fragvec::sql::OptimizeAction;
     let (_tmp, s) = scratch_session().await;
     s.sql(
         "CREATE TABLE t (id BIGINT, v VECTOR(2)); \
@@ -590,11 +591,11 @@ async fn index_changes_built_before_a_rewrite_conflict() {
     let dir = std::sync::Arc::new(s.database().table("t").unwrap());
     let before = dir.latest().await.unwrap();
     s.sql("COMPACT t").await.unwrap();
-    let cache = crate::index::cache::IndexCache::new(1 << 20);
+    let cache = fragvec::index::cache::IndexCache::new(1 << 20);
     let err = index_ops::optimize(before.clone(), "i", OptimizeAction::Merge(1), &cache)
         .await
         .unwrap_err();
-    assert!(crate::engine::session::is_retryable(&err), "{err}");
+    assert!(fragvec::engine::session::is_retryable(&err), "{err}");
     // Appending the fragment the compaction did not touch is still fine.
     let rows = index_ops::optimize(before.clone(), "i", OptimizeAction::Append, &cache)
         .await
@@ -687,12 +688,57 @@ async fn reused_plans_answer_each_vector_exactly() {
     }
 }
 
+/// A plan holding `now()` or `random()` is never reused: those are folded into constants at
+/// planning time, so a kept plan would answer every later query with the first one's values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plans_with_time_or_randomness_are_not_reused() {
+    let (_tmp, s) = scratch_session().await;
+    s.sql(
+        "CREATE TABLE t (id BIGINT, v VECTOR(8)); \
+         INSERT INTO t SELECT value, [value % 11, value % 7, value % 5, value % 3, value % 13, \
+             value % 2, value % 17, value % 4] FROM generate_series(0, 99); \
+         CREATE VECTOR INDEX i ON t (v) USING IVF_FLAT WITH (num_partitions = 4)",
+    )
+    .await
+    .unwrap();
+    let before = s.plans_reused();
+    let mut randoms = std::collections::HashSet::new();
+    for i in 0..6 {
+        let v = format!("[{i}, 1, 2, 3, 4, 5, 6, 7]");
+        let r = s
+            .sql_one(&format!(
+                "SELECT id, now() AS t, CAST(random() * 1e9 AS BIGINT) AS r FROM t \
+                 ORDER BY l2_distance(v, {v}) LIMIT 1"
+            ))
+            .await
+            .unwrap();
+        let b = r.batches.iter().find(|b| b.num_rows() > 0).unwrap();
+        randoms.insert(b.column(2).as_primitive::<Int64Type>().value(0));
+    }
+    assert_eq!(
+        s.plans_reused(),
+        before,
+        "a plan with now() / random() was reused"
+    );
+    assert!(randoms.len() > 1, "random() gave one value for every query");
+    // The same shape without them is reused.
+    for i in 0..3 {
+        let v = format!("[{i}, 1, 2, 3, 4, 5, 6, 7]");
+        s.sql_one(&format!(
+            "SELECT id FROM t ORDER BY l2_distance(v, {v}) LIMIT 1"
+        ))
+        .await
+        .unwrap();
+    }
+    assert!(s.plans_reused() > before);
+}
+
 /// `ivf_partition` reads the partitions the index assigned (for rows it holds) instead of
 /// searching centroids; both must agree, also after rows moved and an in-place update.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn known_ivf_partitions_equal_computed_ones() {
-    use crate::engine::cluster_udf::IvfPartition;
     use datafusion::logical_expr::{ScalarFunctionArgs, ScalarUDFImpl};
+    use fragvec::engine::cluster_udf::IvfPartition;
     use futures::StreamExt;
     let (_tmp, s) = scratch_session().await;
     s.sql(
@@ -709,8 +755,8 @@ async fn known_ivf_partitions_equal_computed_ones() {
     .unwrap();
     let dir = std::sync::Arc::new(s.database().table("t").unwrap());
     let snapshot = dir.latest().await.unwrap();
-    let cache = crate::index::cache::IndexCache::new(1 << 20);
-    let keys = super::recluster::compile(
+    let cache = fragvec::index::cache::IndexCache::new(1 << 20);
+    let keys = fragvec::engine::recluster::compile(
         &s.context().state(),
         &snapshot,
         &["ivf_partition(v)".to_string()],
@@ -725,7 +771,7 @@ async fn known_ivf_partitions_equal_computed_ones() {
         .unwrap();
     // Rows of fragments the segment still owns come from the index: all but the updated
     // fragments' (invalidated) and the new row.
-    let known = crate::index::assigned::assigned_partitions(
+    let known = fragvec::index::assigned::assigned_partitions(
         &snapshot,
         &snapshot.manifest.indexes[0],
         &model,
@@ -739,7 +785,7 @@ async fn known_ivf_partitions_equal_computed_ones() {
     let mut compared = 0;
     for f in &snapshot.manifest.fragments {
         let deleted = std::sync::Arc::new(snapshot.dir.read_deletions(f).await.unwrap());
-        let mut rows = crate::rewrite::live_rows(&snapshot, f, deleted, keys.schema.clone());
+        let mut rows = fragvec::rewrite::live_rows(&snapshot, f, deleted, keys.schema.clone());
         while let Some(batch) = rows.next().await {
             let batch = batch.unwrap();
             let known = keys.exprs[0]
