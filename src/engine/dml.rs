@@ -14,8 +14,8 @@ use datafusion::arrow::datatypes::{SchemaRef, UInt64Type};
 use datafusion::common::{Result, internal_datafusion_err, internal_err};
 use futures::StreamExt;
 
-use super::write::conform_batch;
 use crate::format::changes::RowChanges;
+use crate::format::conform::conform_batch;
 use crate::sql::finder::{ACTION, ADDR, Action, ROWID};
 
 /// Reads finder batches: `ADDR`, `ROWID`, optional `ACTION` (rows without it are

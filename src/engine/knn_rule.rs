@@ -29,8 +29,8 @@ use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceCh
 use super::knn::{KnnExec, KnnQuery};
 use super::options::FragvecOptions;
 use super::scan::FragmentScanExec;
-use super::types::vector_dim;
 use super::udf::DistanceKind;
+use crate::format::types::vector_dim;
 use crate::index::distance::Metric;
 
 #[derive(Debug, Default)]

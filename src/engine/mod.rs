@@ -15,7 +15,6 @@
 //! * [`provider`], [`scan`], [`write`]: the table provider and its scan / insert operators;
 //! * [`dml`]: gathering DELETE, UPDATE and MERGE changes from their finder queries (the format
 //!   layer commits them, `format::changes`);
-//! * [`types`], the SQL types fragvec adds: `VECTOR(n)`.
 //!
 //! Vector search:
 //! * [`knn`]: `KnnExec`, the k nearest rows through a vector index;
@@ -51,7 +50,6 @@ pub mod recluster;
 pub mod scan;
 pub mod session;
 pub mod statements;
-pub mod types;
 pub mod udf;
 pub mod write;
 

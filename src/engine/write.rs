@@ -7,14 +7,11 @@
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt64Array};
+use datafusion::arrow::array::{RecordBatch, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{
-    DataFusionError, Result, exec_datafusion_err, exec_err, internal_datafusion_err, internal_err,
-    plan_err,
-};
+use datafusion::common::{DataFusionError, Result, internal_datafusion_err, internal_err};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
@@ -23,8 +20,9 @@ use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
     Partitioning, PlanProperties, ReplaceChildrenOptions, SendableRecordBatchStream,
 };
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 
+use crate::format::conform::conform_batch;
 use crate::format::{self, NewFragment, NewRowIds, Operation, Snapshot, Transaction};
 
 /// Schema of every DML result: one row, one `count` column.
@@ -43,64 +41,6 @@ pub fn count_batch(count: u64) -> Result<RecordBatch> {
     )?)
 }
 
-/// Conforms a batch to the table schema: same column types, nullability enforced.
-pub fn conform_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
-    if batch.num_columns() != schema.fields().len() {
-        return plan_err!(
-            "expected {} columns, got {}",
-            schema.fields().len(),
-            batch.num_columns()
-        );
-    }
-    let mut columns = Vec::with_capacity(batch.num_columns());
-    for (field, column) in schema.fields().iter().zip(batch.columns()) {
-        if !field.is_nullable() && column.null_count() > 0 {
-            return exec_err!(
-                "column '{}' is NOT NULL but the statement gives it a NULL value",
-                field.name()
-            );
-        }
-        let column = if column.data_type() == field.data_type() {
-            column.clone()
-        } else {
-            // `safe: false`: a value that does not fit is an error, never a silent NULL.
-            let options = datafusion::arrow::compute::CastOptions {
-                safe: false,
-                ..Default::default()
-            };
-            datafusion::arrow::compute::cast_with_options(column, field.data_type(), &options)
-                .map_err(|e| {
-                    exec_datafusion_err!(
-                        "cannot store a {} value in column '{}' of type {}: {e}",
-                        column.data_type(),
-                        field.name(),
-                        crate::engine::types::display_type(field.data_type())
-                    )
-                })?
-        };
-        if crate::engine::types::vector_dim(field.data_type()).is_some()
-            && let Some(row) = row_with_null_element(&column)
-        {
-            return exec_err!(
-                "column '{}': the vector in row {} of the statement holds a NULL element; a \
-                 vector must have a value in every element (a NULL vector is allowed)",
-                field.name(),
-                row + 1
-            );
-        }
-        columns.push(column);
-    }
-    Ok(RecordBatch::try_new(schema.clone(), columns)?)
-}
-
-/// The first non-NULL vector of a `FixedSizeList` column with a NULL element, if any.
-fn row_with_null_element(column: &ArrayRef) -> Option<usize> {
-    let list = column.as_fixed_size_list_opt()?;
-    let nulls = list.values().nulls().filter(|n| n.null_count() > 0)?;
-    let n = list.value_length() as usize;
-    (0..list.len()).find(|&i| list.is_valid(i) && nulls.slice(i * n, n).null_count() > 0)
-}
-
 /// Writes `streams` (one per input partition, in order) as fragments of `snapshot`'s table.
 pub async fn write_streams(
     snapshot: &Snapshot,
@@ -114,9 +54,12 @@ pub async fn write_streams(
             let dir = snapshot.dir.clone();
             let schema = schema.clone();
             SpawnedTask::spawn(async move {
-                let conformed = stream
-                    .map(|b| conform_batch(&b?, &schema))
-                    .map_err(|e| format::FormatError::InvalidInput(e.to_string()));
+                // A failing source query ends the write with its error, as input the write
+                // cannot take; rows that do not fit the table are refused by the format.
+                let conformed = stream.map(|b| match b {
+                    Ok(b) => conform_batch(&b, &schema),
+                    Err(e) => Err(format::FormatError::InvalidInput(e.to_string())),
+                });
                 let written =
                     format::write_fragments(&dir, &schema, Box::pin(conformed), max_rows).await?;
                 Ok(written)

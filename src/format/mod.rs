@@ -8,6 +8,7 @@
 //! * [`commit`]: optimistic commits (pure conflict rules, rebase, one retry loop);
 //! * [`changes`]: DELETE / UPDATE / MERGE row changes turned into a transaction;
 //! * [`vacuum`]: removing unreferenced files; [`introspect`]: the table's state as batches;
+//! * [`types`]: the `VECTOR(n)` type; [`conform`]: batches conformed to a table schema;
 //! * [`error`]: the layer's error type, `FormatError`.
 //!
 //! This layer speaks Arrow, Parquet and `object_store` only; it knows nothing of DataFusion's
@@ -15,6 +16,7 @@
 
 pub mod changes;
 pub mod commit;
+pub mod conform;
 pub mod deletion;
 pub mod error;
 pub mod fragment_io;
@@ -25,6 +27,7 @@ pub mod manifest;
 pub mod row_map_file;
 pub mod rowids;
 pub mod store;
+pub mod types;
 pub mod vacuum;
 
 pub use commit::{NewFragment, NewRowIds, Rewrite, RowMapRef, Transaction, commit};

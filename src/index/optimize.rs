@@ -12,8 +12,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::DataType;
-
 use super::build::{self, Vectors};
 use super::cache::IndexCache;
 use super::distance::Metric;
@@ -21,6 +19,7 @@ use super::error::{IndexError, Result};
 use super::ownership::unowned_fragments;
 use crate::format::commit::{IndexChange, NewSegment};
 use crate::format::index_meta::{IndexDef, IndexKind, IndexSegment};
+use crate::format::types::vector_dim;
 use crate::format::{self, Operation, Snapshot, Transaction};
 use crate::ledger::ids::split_row_address;
 use crate::ledger::{Coverage, LedgerView, SegmentOwnership};
@@ -104,14 +103,6 @@ async fn replace_segments(
     Ok(rows)
 }
 
-/// The dimension of a vector column (`FixedSizeList<Float32>[n]`).
-fn vector_dim(dt: &DataType) -> Option<usize> {
-    match dt {
-        DataType::FixedSizeList(f, n) if f.data_type() == &DataType::Float32 => Some(*n as usize),
-        _ => None,
-    }
-}
-
 /// Builds a whole index (one segment over every fragment) on `snapshot`. Returns the new
 /// definition and segment, uncommitted, and the fragments it read.
 async fn build_full(
@@ -128,7 +119,7 @@ async fn build_full(
             column: column.to_string(),
             table: snapshot.name().to_string(),
         })?;
-    let Some(dim) = vector_dim(field.data_type()) else {
+    let Some(dim) = vector_dim(field.data_type()).map(|d| d as usize) else {
         return Err(IndexError::NotAVectorColumn {
             column: column.to_string(),
         });

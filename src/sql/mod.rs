@@ -1,9 +1,11 @@
 //! fragvec's SQL front end, the part that needs no session: parsing (ours first, then
-//! DataFusion's), relation pinning, and turning DML into finder queries.
+//! DataFusion's), relation pinning, turning DML into finder queries, and the AST transforms
+//! of CREATE TABLE ([`ddl`]).
 //!
 //! Everything here works on sqlparser ASTs and strings; executing statements is
 //! [`crate::engine::FragvecSession`]'s job.
 
+pub mod ddl;
 pub mod finder;
 pub mod knn_call;
 pub mod parser;

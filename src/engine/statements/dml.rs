@@ -15,7 +15,7 @@ use super::query;
 use crate::engine::catalog::RelationName;
 use crate::engine::dml::collect_changes;
 use crate::engine::session::{FragvecSession, StatementResult};
-use crate::engine::types;
+use crate::format::types;
 use crate::format::{Operation, Snapshot};
 use crate::sql::finder::{self, DmlTarget, Finder, TargetColumn};
 use crate::sql::pin;
