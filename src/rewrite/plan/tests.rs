@@ -74,11 +74,7 @@ fn sim_rows(fragments: &[SimFragment]) -> Vec<(u64, u64)> {
 /// Applies a plan the way the engine does: each bin's sources are
 /// replaced in place by its outputs (fresh ids, deletions materialized).
 /// Checks that the plan refers to the fragments it claims to.
-fn apply(
-    fragments: &[SimFragment],
-    plan: &CompactionPlan,
-    next_id: &mut u64,
-) -> Vec<SimFragment> {
+fn apply(fragments: &[SimFragment], plan: &CompactionPlan, next_id: &mut u64) -> Vec<SimFragment> {
     let mut out = Vec::new();
     let mut position = 0;
     for bin in &plan.bins {
@@ -192,8 +188,7 @@ fn ref_progress(group: &[usize], fragments: &[FragmentStats], o: &CompactionOpti
         .iter()
         .map(|&i| u128::from(fragments[i].live_rows()))
         .sum();
-    group.iter().any(|&i| ref_heavy(&fragments[i], o))
-        || ref_outputs(live, o) < group.len() as u128
+    group.iter().any(|&i| ref_heavy(&fragments[i], o)) || ref_outputs(live, o) < group.len() as u128
 }
 
 /// Every progress-making bin, as position lists, without budgets: the
@@ -298,11 +293,7 @@ fn potential(fragments: &[FragmentStats], o: &CompactionOptions) -> u64 {
 }
 
 /// Structural checks that hold for every plan.
-fn check_well_formed(
-    fragments: &[FragmentStats],
-    o: &CompactionOptions,
-    plan: &CompactionPlan,
-) {
+fn check_well_formed(fragments: &[FragmentStats], o: &CompactionOptions, plan: &CompactionPlan) {
     let mut next_free = 0;
     for bin in &plan.bins {
         assert!(!bin.fragments.is_empty(), "empty bin");
@@ -335,8 +326,7 @@ fn check_well_formed(
                 .all(|&n| n <= o.max_rows_per_fragment),
             "output above max rows"
         );
-        if let (Some(min), Some(max)) =
-            (bin.output_rows.iter().min(), bin.output_rows.iter().max())
+        if let (Some(min), Some(max)) = (bin.output_rows.iter().min(), bin.output_rows.iter().max())
         {
             assert!(
                 max - min <= 1,
@@ -763,10 +753,7 @@ fn empty_table_plans_nothing() {
 
 /// Random fragments with unique ids, `0..=max_rows` physical rows, some
 /// deletions and a few coverage keys (mostly one, so runs form).
-fn fragments_strategy(
-    max_len: usize,
-    max_rows: u64,
-) -> impl Strategy<Value = Vec<FragmentStats>> {
+fn fragments_strategy(max_len: usize, max_rows: u64) -> impl Strategy<Value = Vec<FragmentStats>> {
     let fragment = (
         prop_oneof![2 => 0..=max_rows / 8, 3 => 0..=max_rows],
         prop_oneof![4 => Just(0u64), 2 => 0u64..=100, 1 => Just(100u64)],
@@ -802,13 +789,15 @@ fn options_strategy(scale: u64, budgets: bool) -> impl Strategy<Value = Compacti
         fragment_budget,
         row_budget,
     )
-        .prop_map(|(target, max_rows, threshold, max_fragments, max_rows_budget)| CompactionOptions {
-            target_rows_per_fragment: target,
-            max_rows_per_fragment: max_rows,
-            max_source_fragments: max_fragments,
-            max_source_rows: max_rows_budget,
-            deletion_threshold: threshold,
-        })
+        .prop_map(
+            |(target, max_rows, threshold, max_fragments, max_rows_budget)| CompactionOptions {
+                target_rows_per_fragment: target,
+                max_rows_per_fragment: max_rows,
+                max_source_fragments: max_fragments,
+                max_source_rows: max_rows_budget,
+                deletion_threshold: threshold,
+            },
+        )
 }
 
 fn spans(plan: &CompactionPlan) -> Vec<Vec<usize>> {
