@@ -20,6 +20,10 @@ use crate::format::store::random_tag;
 use crate::format::{FormatError, Result, Snapshot, TableDir, read_fragment};
 use crate::ledger::ids::row_address;
 
+/// Most IVF partitions an index may have: every query sorts all centroids and every
+/// segment's footer lists every partition, so a typo like 1,000,000 must not be built.
+pub const MAX_PARTITIONS: usize = 65536;
+
 /// Seed of every k-means run, so builds are reproducible.
 pub const SEED: u64 = 0x5eed_f4a9;
 
@@ -85,8 +89,10 @@ pub fn train(
     if n == 0 {
         return Err("the column has no non-NULL vectors to train on".into());
     }
-    if num_partitions == 0 {
-        return Err("num_partitions must be positive".into());
+    if num_partitions == 0 || num_partitions > MAX_PARTITIONS {
+        return Err(format!(
+            "num_partitions must be between 1 and {MAX_PARTITIONS}, not {num_partitions}"
+        ));
     }
     let mut rng = rand::rngs::StdRng::seed_from_u64(SEED);
     let picks: Vec<usize> = if n > sample_size {
