@@ -733,6 +733,48 @@ async fn plans_with_time_or_randomness_are_not_reused() {
     assert!(s.plans_reused() > before);
 }
 
+/// A KNN query through a view, repeated after another session's DELETE and INSERT, answers
+/// from the latest version every time (a kept plan would still hold the version it was
+/// planned on: the other session's commits do not clear this session's plans).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn knn_through_a_view_follows_every_commit() {
+    let (tmp, s) = scratch_session().await;
+    s.sql(
+        "CREATE TABLE t (id BIGINT, v VECTOR(8)); \
+         INSERT INTO t SELECT value, [value, 0, 0, 0, 0, 0, 0, 0] FROM generate_series(1, 50); \
+         CREATE VECTOR INDEX i ON t (v) USING IVF_FLAT WITH (num_partitions = 4); \
+         CREATE VIEW w AS SELECT * FROM t",
+    )
+    .await
+    .unwrap();
+    let nearest = |q: i64| {
+        let s = &s;
+        async move {
+            let r = s
+                .sql_one(&format!(
+                    "SELECT id FROM w ORDER BY l2_distance(v, [{q}, 0, 0, 0, 0, 0, 0, 0]) LIMIT 1"
+                ))
+                .await
+                .unwrap();
+            let b = r.batches.iter().find(|b| b.num_rows() > 0).unwrap();
+            b.column(0).as_primitive::<Int64Type>().value(0)
+        }
+    };
+    assert_eq!(nearest(10).await, 10);
+    assert_eq!(nearest(20).await, 20);
+    let other = FragvecSession::open(tmp.path().to_str().unwrap())
+        .await
+        .unwrap();
+    other.sql("DELETE FROM t WHERE id = 10").await.unwrap();
+    let after_delete = nearest(10).await;
+    assert!(after_delete == 9 || after_delete == 11, "{after_delete}");
+    other
+        .sql("INSERT INTO t VALUES (100, [10, 0, 0, 0, 0, 0, 0, 0])")
+        .await
+        .unwrap();
+    assert_eq!(nearest(10).await, 100);
+}
+
 /// `ivf_partition` reads the partitions the index assigned (for rows it holds) instead of
 /// searching centroids; both must agree, also after rows moved and an in-place update.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

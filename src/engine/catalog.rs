@@ -2,6 +2,9 @@
 //! session registers itself (external Parquet tables, views).
 //!
 //! Each lookup resolves a table to one snapshot, so a query sees one version from start to end.
+//! A view stored in the database (`format::views`) is planned afresh at each lookup, so it
+//! reads the latest versions of its tables when a query uses it, and DataFusion inlines its
+//! plan (so a KNN query through a view is served by the index like one on the table).
 //! The front end may ask for a pinned version or for virtual columns by encoding them in the
 //! relation name (see [`RelationName`]); users write `t VERSION AS OF n` and `_rowaddr`.
 
@@ -9,8 +12,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
-use datafusion::catalog::{SchemaProvider, TableProvider};
+use datafusion::catalog::{SchemaProvider, TableProvider, view::ViewTable};
 use datafusion::common::{DataFusionError, Result, plan_err};
+use datafusion::execution::SessionState;
 
 pub use crate::sql::pin::RelationName;
 
@@ -29,6 +33,20 @@ pub struct FragvecSchema {
     session_tables: RwLock<HashMap<String, Arc<dyn TableProvider>>>,
     /// Index models, footers and partitions, shared by every query of the session.
     index_cache: Arc<IndexCache>,
+    /// Names of the database's views as of the last refresh or lookup.
+    views: RwLock<std::collections::BTreeSet<String>>,
+    /// The session's current state, to plan views with (it holds the state weakly: the
+    /// state holds this schema).
+    state: RwLock<Option<StateSource>>,
+}
+
+/// Where the schema gets the session's current state from.
+struct StateSource(Box<dyn Fn() -> Option<SessionState> + Send + Sync>);
+
+impl std::fmt::Debug for StateSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StateSource")
+    }
 }
 
 impl FragvecSchema {
@@ -38,6 +56,8 @@ impl FragvecSchema {
             known: RwLock::new(vec![]),
             session_tables: RwLock::default(),
             index_cache: Arc::new(IndexCache::new(FragvecOptions::default().index_cache_bytes)),
+            views: RwLock::default(),
+            state: RwLock::default(),
         };
         schema.refresh().await?;
         Ok(schema)
@@ -55,7 +75,35 @@ impl FragvecSchema {
     pub async fn refresh(&self) -> Result<()> {
         let names = self.db.list_tables().await?;
         *self.known.write().expect("lock") = names;
+        let views = self.db.list_views().await?;
+        *self.views.write().expect("lock") = views.into_keys().collect();
         Ok(())
+    }
+
+    /// Gives the schema the session state it plans views with.
+    pub fn set_state(&self, state: impl Fn() -> Option<SessionState> + Send + Sync + 'static) {
+        *self.state.write().expect("lock") = Some(StateSource(Box::new(state)));
+    }
+
+    /// Whether `name` is a view stored in the database (as of the last refresh or lookup).
+    pub fn is_view(&self, name: &str) -> bool {
+        self.views.read().expect("lock").contains(name)
+    }
+
+    /// Plans view `name` from its stored text, reading the tables' latest versions.
+    async fn open_view(&self, name: &str, query: String) -> Result<Arc<dyn TableProvider>> {
+        let state = self
+            .state
+            .read()
+            .expect("lock")
+            .as_ref()
+            .and_then(|s| (s.0)());
+        let Some(state) = state else {
+            return plan_err!("view '{name}' cannot be planned: the session has ended");
+        };
+        let plan = state.create_logical_plan(&query).await?;
+        self.views.write().expect("lock").insert(name.to_string());
+        Ok(Arc::new(ViewTable::new(plan, Some(query))))
     }
 
     pub fn is_session_table(&self, name: &str) -> bool {
@@ -89,6 +137,7 @@ impl FragvecSchema {
 impl SchemaProvider for FragvecSchema {
     fn table_names(&self) -> Vec<String> {
         let mut names = self.known.read().expect("lock").clone();
+        names.extend(self.views.read().expect("lock").iter().cloned());
         names.extend(self.session_tables.read().expect("lock").keys().cloned());
         names.sort();
         names.dedup();
@@ -107,6 +156,15 @@ impl SchemaProvider for FragvecSchema {
         }
         match self.open_table(&relation).await {
             Ok(t) => Ok(Some(t)),
+            Err(FormatError::NotFound(_)) if relation.version.is_none() => {
+                match self.db.read_view(&relation.table).await? {
+                    Some(query) => Ok(Some(self.open_view(&relation.table, query).await?)),
+                    None => {
+                        self.views.write().expect("lock").remove(&relation.table);
+                        Ok(None)
+                    }
+                }
+            }
             Err(FormatError::NotFound(_)) => Ok(None),
             Err(e) => Err(DataFusionError::from(e)),
         }
@@ -132,6 +190,8 @@ impl SchemaProvider for FragvecSchema {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.known.read().expect("lock").iter().any(|n| n == name) || self.is_session_table(name)
+        self.known.read().expect("lock").iter().any(|n| n == name)
+            || self.is_view(name)
+            || self.is_session_table(name)
     }
 }

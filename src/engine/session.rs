@@ -135,6 +135,9 @@ impl FragvecSession {
             }
         }
         catalog.register_schema(&schema_name, schema.clone())?;
+        // Views are planned with the session's state as it is when a query uses them.
+        let state = ctx.state_weak_ref();
+        schema.set_state(move || state.upgrade().map(|s| s.read().clone()));
         functions::register(&ctx, &db);
         {
             // The KNN rule runs after DataFusion's own physical optimizations.

@@ -7,7 +7,7 @@
 //!   row-id sequences; [`row_map_file`] and [`ledger_io`]: the files the reuse ledger needs;
 //! * [`commit`]: optimistic commits (pure conflict rules, rebase, one retry loop);
 //! * [`changes`]: DELETE / UPDATE / MERGE row changes turned into a transaction;
-//! * [`vacuum`]: removing unreferenced files; [`introspect`]: the table's state as batches;
+//! * [`views`]: views stored in the database; [`vacuum`]: removing unreferenced files; [`introspect`]: the table's state as batches;
 //! * [`types`]: the `VECTOR(n)` type; [`conform`]: batches conformed to a table schema;
 //! * [`error`]: the layer's error type, `FormatError`.
 //!
@@ -29,6 +29,7 @@ pub mod rowids;
 pub mod store;
 pub mod types;
 pub mod vacuum;
+pub mod views;
 
 pub use commit::{NewFragment, NewRowIds, Rewrite, RowMapRef, Transaction, commit};
 pub use error::{FormatError, Result};

@@ -110,6 +110,11 @@ impl Database {
         &self.location
     }
 
+    /// The database's root prefix in its store.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     pub fn store(&self) -> &Arc<dyn ObjectStore> {
         &self.store
     }

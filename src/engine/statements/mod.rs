@@ -11,6 +11,7 @@
 //!   vector literals as parameters, and reuse of cached KNN plans;
 //! * [`index`]: CREATE VECTOR INDEX / DROP INDEX / OPTIMIZE INDEX, thin calls into
 //!   [`super::index_ops`];
+//! * [`views`]: CREATE VIEW / DROP VIEW, views stored in the database;
 //! * [`rewrite`]: COMPACT / RECLUSTER / VACUUM, thin calls into [`super::maintenance`] and
 //!   [`super::recluster`].
 
@@ -19,6 +20,7 @@ pub mod dml;
 pub mod index;
 pub mod query;
 pub mod rewrite;
+pub mod views;
 
 use datafusion::common::{DataFusionError, Result, plan_err};
 use datafusion::sql::parser::Statement as DFStatement;
@@ -125,6 +127,23 @@ impl FragvecSession {
         let statement = match statement {
             DFStatement::Statement(s) => match *s {
                 Statement::CreateTable(create) => return ddl::create_table(self, create).await,
+                Statement::CreateView(ref view) => {
+                    if let Some(r) = views::create_view(self, view).await? {
+                        return Ok(r);
+                    }
+                    DFStatement::Statement(s)
+                }
+                Statement::Drop {
+                    object_type: ObjectType::View,
+                    ref names,
+                    if_exists,
+                    ..
+                } => {
+                    if let Some(r) = views::drop_views(self, names, if_exists).await? {
+                        return Ok(r);
+                    }
+                    DFStatement::Statement(s)
+                }
                 Statement::Drop {
                     object_type: ObjectType::Table,
                     ref names,

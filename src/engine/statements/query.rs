@@ -154,10 +154,16 @@ async fn run_vector_query(
         session.plans.note_reuse();
         return collect_physical(session, plan).await;
     }
+    let referenced = match &statement {
+        DFStatement::Statement(s) => Some(pin::referenced_tables(s.as_ref())),
+        _ => None,
+    };
     let plan = session.ctx.state().statement_to_plan(statement).await?;
     // `now()`, `current_date`, `random()`, ... are folded into constants when a plan is made:
     // such a plan answers for the moment it was planned, so it is never kept.
-    let keep = !calls_non_immutable_functions(&plan)?;
+    // A view is planned afresh at each use (its tables' latest versions), which a plan keyed
+    // by the pinned statement text could not notice: plans reading a view are not kept.
+    let keep = !calls_non_immutable_functions(&plan)? && !reads_a_view(session, referenced);
     let plan = plan.with_param_values(vector_params_values(vectors.clone()))?;
     let physical = session
         .ctx
@@ -179,6 +185,15 @@ async fn run_vector_query(
         }
     }
     collect_physical(session, physical).await
+}
+
+/// Whether any of the relations a statement names (resolved by now) is a stored view;
+/// `None` (not a plain statement) counts as reading one.
+fn reads_a_view(
+    session: &FragvecSession,
+    referenced: Option<std::collections::BTreeSet<String>>,
+) -> bool {
+    referenced.is_none_or(|names| names.iter().any(|t| session.schema.is_view(t)))
 }
 
 /// Whether a logical plan (subqueries included) calls a function whose result may change

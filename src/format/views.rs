@@ -1,0 +1,122 @@
+//! Views stored in the database: `_views/<name>.sql` under the database root holds the view's
+//! query text, so a view survives the session that created it and every session of the
+//! database sees it. A view is only text: it is planned afresh each time a query uses it, so
+//! it reads the tables' latest versions then (never the versions of its creation).
+//!
+//! Names follow the table rules ([`validate_table_name`]); a view and a table never share a
+//! name (the engine checks before creating either). Creating an existing view is refused
+//! unless replacing, with a create-if-absent put, so two sessions racing to create one view
+//! cannot both succeed.
+
+use std::collections::BTreeMap;
+
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
+
+use super::error::{FormatError, Result};
+use super::store::{Database, validate_table_name};
+
+const VIEWS_DIR: &str = "_views";
+const VIEW_SUFFIX: &str = ".sql";
+
+impl Database {
+    fn view_path(&self, name: &str) -> Path {
+        self.root()
+            .clone()
+            .join(VIEWS_DIR)
+            .join(format!("{name}{VIEW_SUFFIX}"))
+    }
+
+    /// Stores view `name` with its query text. Fails with `AlreadyExists` when a view of that
+    /// name exists and `replace` is false.
+    pub async fn create_view(&self, name: &str, query: &str, replace: bool) -> Result<()> {
+        validate_table_name(name)?;
+        let path = self.view_path(name);
+        let mode = if replace {
+            PutMode::Overwrite
+        } else {
+            PutMode::Create
+        };
+        let opts = PutOptions {
+            mode,
+            ..Default::default()
+        };
+        match self
+            .store()
+            .put_opts(&path, PutPayload::from(query.to_string()), opts)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                Err(FormatError::AlreadyExists(name.to_string()))
+            }
+            Err(e) => Err(FormatError::store(&path, e)),
+        }
+    }
+
+    /// Removes view `name`; `Ok(false)` when there is none.
+    pub async fn drop_view(&self, name: &str) -> Result<bool> {
+        validate_table_name(name)?;
+        let path = self.view_path(name);
+        match self.store().head(&path).await {
+            Ok(_) => {}
+            Err(object_store::Error::NotFound { .. }) => return Ok(false),
+            Err(e) => return Err(FormatError::store(&path, e)),
+        }
+        match self.store().delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(true),
+            Err(e) => Err(FormatError::store(&path, e)),
+        }
+    }
+
+    /// The query text of view `name`, if there is one (one read).
+    pub async fn read_view(&self, name: &str) -> Result<Option<String>> {
+        validate_table_name(name)?;
+        let path = self.view_path(name);
+        let bytes = match self.store().get(&path).await {
+            Ok(r) => r.bytes().await.map_err(|e| FormatError::store(&path, e))?,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(FormatError::store(&path, e)),
+        };
+        String::from_utf8(bytes.to_vec())
+            .map(Some)
+            .map_err(|_| FormatError::corrupt(&path, "view text is not UTF-8"))
+    }
+
+    /// Every stored view: name → query text.
+    pub async fn list_views(&self) -> Result<BTreeMap<String, String>> {
+        let dir = self.root().clone().join(VIEWS_DIR);
+        let objects: Vec<_> = self
+            .store()
+            .list(Some(&dir))
+            .try_collect()
+            .await
+            .map_err(|e| FormatError::store(&dir, e))?;
+        let mut views = BTreeMap::new();
+        for object in objects {
+            let Some(name) = object
+                .location
+                .filename()
+                .and_then(|f| f.strip_suffix(VIEW_SUFFIX))
+            else {
+                continue;
+            };
+            if validate_table_name(name).is_err() {
+                continue;
+            }
+            let bytes = self
+                .store()
+                .get(&object.location)
+                .await
+                .map_err(|e| FormatError::store(&object.location, e))?
+                .bytes()
+                .await
+                .map_err(|e| FormatError::store(&object.location, e))?;
+            let query = String::from_utf8(bytes.to_vec())
+                .map_err(|_| FormatError::corrupt(&object.location, "view text is not UTF-8"))?;
+            views.insert(name.to_string(), query);
+        }
+        Ok(views)
+    }
+}
