@@ -21,6 +21,8 @@
 //! per row.
 
 pub mod ids;
+#[cfg(test)]
+pub(crate) mod fuzz;
 pub mod ordered;
 pub mod ownership;
 pub mod row_map;
