@@ -737,9 +737,11 @@ mod tests {
     fn leaf_pointers(v: &serde_json::Value, at: String, out: &mut Vec<String>) {
         let children: Vec<(String, &serde_json::Value)> = match v {
             serde_json::Value::Object(o) => o.iter().map(|(k, c)| (k.clone(), c)).collect(),
-            serde_json::Value::Array(a) => {
-                a.iter().enumerate().map(|(i, c)| (i.to_string(), c)).collect()
-            }
+            serde_json::Value::Array(a) => a
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (i.to_string(), c))
+                .collect(),
             _ => vec![],
         };
         if children.is_empty() {

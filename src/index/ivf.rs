@@ -261,7 +261,10 @@ mod tests {
             assert_eq!(m.encode(), bytes);
             assert_eq!(m.centroids.len(), m.partitions() * m.dim);
             if let Some(pq) = &m.pq {
-                assert_eq!(pq.codebooks.len(), PQ_CODES * pq.sub_dim(m.dim) * pq.sub_vectors);
+                assert_eq!(
+                    pq.codebooks.len(),
+                    PQ_CODES * pq.sub_dim(m.dim) * pq.sub_vectors
+                );
             }
         }
     }

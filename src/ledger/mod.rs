@@ -20,9 +20,9 @@
 //! Memory is O(fragments) plus the removed-row bitmaps of the sources (compressed): no map
 //! per row.
 
-pub mod ids;
 #[cfg(test)]
 pub(crate) mod fuzz;
+pub mod ids;
 pub mod ordered;
 pub mod ownership;
 pub mod row_map;

@@ -4,8 +4,8 @@
 use proptest::prelude::*;
 
 use super::writer::FooterParts;
-use crate::ledger::fuzz::mutated;
 use super::*;
+use crate::ledger::fuzz::mutated;
 
 /// splitmix64: a tiny deterministic generator, so a proptest case is one seed.
 struct Rng(u64);
