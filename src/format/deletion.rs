@@ -67,6 +67,61 @@ pub fn decode(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ledger::fuzz::{arbitrary_with_magic, mutated};
+    use proptest::prelude::*;
+
+    /// Whatever decodes must honour the checks the caller relies on.
+    fn check_decoded(bytes: &[u8], fragment_id: u64, physical_rows: u64, expected: u64) {
+        if let Ok(bm) = decode(bytes, "d", fragment_id, physical_rows, expected) {
+            assert_eq!(bm.len(), expected);
+            assert!(bm.max().is_none_or(|m| u64::from(m) < physical_rows));
+        }
+    }
+
+    fn valid_file() -> impl Strategy<Value = (Vec<u8>, u64, u64)> {
+        (
+            0u64..1000,
+            prop::collection::btree_set(0u32..70_000, 0..300),
+            any::<bool>(),
+        )
+            .prop_map(|(id, offsets, dense)| {
+                let mut bm: RoaringBitmap = offsets.into_iter().collect();
+                if dense {
+                    // A bitmap container, not just array containers.
+                    bm.insert_range(100_000..105_000);
+                }
+                let rows = bm.max().map_or(10, |m| u64::from(m) + 1);
+                (encode(id, rows, &bm), id, rows)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn prop_decode_never_panics_on_arbitrary_bytes(
+            bytes in arbitrary_with_magic(MAGIC),
+            rows in 0u64..200_000,
+            expected in 0u64..100,
+        ) {
+            check_decoded(&bytes, 0, rows, expected);
+            // The header's own ids, so the bitmap parser sees the rest.
+            if bytes.len() >= HEADER_LEN {
+                let id = u64::from_le_bytes(bytes[8..16].try_into().unwrap());
+                let rows = u64::from_le_bytes(bytes[16..24].try_into().unwrap());
+                check_decoded(&bytes, id, rows, expected);
+            }
+        }
+
+        #[test]
+        fn prop_decode_never_panics_on_mutated_valid_input(
+            (valid, id, rows, bytes) in valid_file()
+                .prop_flat_map(|(v, id, rows)| (Just(v.clone()), Just(id), Just(rows), mutated(v))),
+        ) {
+            let count = RoaringBitmap::deserialize_from(&valid[HEADER_LEN..]).unwrap().len();
+            check_decoded(&bytes, id, rows, count);
+        }
+    }
 
     #[test]
     fn round_trip() {

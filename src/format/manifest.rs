@@ -578,6 +578,10 @@ pub fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::index_meta::{IndexKind, Metric};
+    use crate::ledger::fuzz::{arbitrary_with_magic, mutated};
+    use proptest::prelude::*;
+    use proptest::sample::Index;
 
     fn sample() -> Manifest {
         let schema = Schema::new(vec![
@@ -640,6 +644,161 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("reuse_ledger feature"), "{e}");
+    }
+
+    /// A table with stable row ids, deletions, an index with a segment: most of what
+    /// `validate` checks has something to check.
+    fn rich() -> Manifest {
+        let mut m = sample();
+        m.properties.stable_row_ids = true;
+        m.reader_features.insert(feature::STABLE_ROW_IDS.into());
+        m.writer_features.insert(feature::STABLE_ROW_IDS.into());
+        m.next_fragment_id = 2;
+        m.next_row_id = 40;
+        for (id, ids) in [(0u64, vec![0u64, 1, 2, 3, 4, 9]), (1, vec![30, 7, 31, 32])] {
+            m.fragments.push(Fragment {
+                id,
+                files: vec![DataFile {
+                    path: format!("data/{id}.parquet"),
+                    columns: vec!["id".into(), "emb".into()],
+                    size_bytes: 100,
+                }],
+                physical_rows: ids.len() as u64,
+                deletion: (id == 0).then(|| DeletionFile {
+                    path: "deletions/0.bin".into(),
+                    deleted_rows: 2,
+                    read_version: 1,
+                }),
+                row_ids: Some(RowIdSequence::from_ids(ids)),
+            });
+        }
+        m.indexes.push(IndexDef {
+            name: "i".into(),
+            column: "emb".into(),
+            kind: IndexKind::IvfFlat,
+            metric: Metric::L2,
+            num_partitions: 2,
+            model_file: "_indexes/i/m.model".into(),
+            model_size_bytes: 10,
+            created_at_version: 1,
+        });
+        m.index_segments.push(IndexSegment {
+            id: 0,
+            index: "i".into(),
+            file: "_indexes/i/0.seg".into(),
+            size_bytes: 10,
+            rows: 10,
+            built_at_version: 1,
+            fragment_bitmap: [0, 1].into(),
+            invalidated_fragments: [1].into(),
+        });
+        m.next_segment_id = 1;
+        m.sync_index_feature();
+        m
+    }
+
+    /// A manifest that decodes passed `validate` and re-encodes to an equal manifest.
+    fn check_decoded(bytes: &[u8]) {
+        if let Ok(m) = Manifest::decode(bytes, "m", "t") {
+            m.validate().unwrap();
+            assert_eq!(Manifest::decode(&m.encode(), "m", "t").unwrap(), m);
+            m.live_rows();
+        }
+    }
+
+    /// JSON-aware damage: replaces some leaves of a valid manifest with hostile values, so
+    /// the validation behind the parser is exercised (byte damage mostly breaks the JSON).
+    fn json_mutated(valid: Vec<u8>) -> impl Strategy<Value = Vec<u8>> {
+        let hostile = prop_oneof![
+            Just(serde_json::json!(u64::MAX)),
+            Just(serde_json::json!(0)),
+            Just(serde_json::json!(-1)),
+            Just(serde_json::json!(u32::MAX)),
+            Just(serde_json::json!(1e300)),
+            Just(serde_json::json!(null)),
+            Just(serde_json::json!("../escape")),
+            Just(serde_json::json!("")),
+            Just(serde_json::json!("FixedSizeList(0 x Float32)")),
+            Just(serde_json::json!([])),
+            any::<u64>().prop_map(|n| serde_json::json!(n)),
+        ];
+        prop::collection::vec((any::<Index>(), hostile), 1..4).prop_map(move |edits| {
+            let mut v: serde_json::Value = serde_json::from_slice(&valid).unwrap();
+            for (at, new) in edits {
+                let mut leaves = Vec::new();
+                leaf_pointers(&v, String::new(), &mut leaves);
+                let target = &leaves[at.index(leaves.len())];
+                *v.pointer_mut(target).unwrap() = new;
+            }
+            serde_json::to_vec(&v).unwrap()
+        })
+    }
+
+    fn leaf_pointers(v: &serde_json::Value, at: String, out: &mut Vec<String>) {
+        let children: Vec<(String, &serde_json::Value)> = match v {
+            serde_json::Value::Object(o) => o.iter().map(|(k, c)| (k.clone(), c)).collect(),
+            serde_json::Value::Array(a) => a
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (i.to_string(), c))
+                .collect(),
+            _ => vec![],
+        };
+        if children.is_empty() {
+            out.push(at);
+        } else {
+            for (k, c) in children {
+                leaf_pointers(c, format!("{at}/{k}"), out);
+            }
+        }
+    }
+
+    fn valid_manifest() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            Just(rich().encode()),
+            Just(with_ledger(
+                serde_json::json!({"kind": "ordered_compaction", "removed": [null, null]})
+            )),
+        ]
+    }
+
+    #[test]
+    fn rich_sample_is_valid() {
+        let m = rich();
+        assert_eq!(Manifest::decode(&m.encode(), "m", "t").unwrap(), m);
+    }
+
+    #[test]
+    fn row_ids_longer_than_u64_are_corrupt_not_overflowed() {
+        let mut v: serde_json::Value = serde_json::from_slice(&rich().encode()).unwrap();
+        v["fragments"][0]["row_ids"] = serde_json::json!({"segments": [
+            {"kind": "range", "start": 0, "end": u64::MAX},
+            {"kind": "range", "start": 0, "end": 7}]});
+        let e = Manifest::decode(&serde_json::to_vec(&v).unwrap(), "m", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("longer than"), "{e}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn prop_manifest_decode_never_panics_on_arbitrary_bytes(
+            bytes in arbitrary_with_magic(br#"{"magic":"fragvec-manifest","#),
+        ) {
+            check_decoded(&bytes);
+        }
+
+        #[test]
+        fn prop_manifest_decode_never_panics_on_mutated_valid_input(
+            bytes in valid_manifest().prop_flat_map(|v| prop_oneof![
+                mutated(v.clone()),
+                json_mutated(v),
+            ]),
+        ) {
+            check_decoded(&bytes);
+        }
     }
 
     #[test]

@@ -150,14 +150,19 @@ impl RowIdSequence {
             .max()
     }
 
-    /// Checks segment shape (non-empty ranges); used when a manifest is opened.
+    /// Checks segment shape (non-empty ranges, a total length that fits a `u64`); used when
+    /// a manifest is opened, and required before [`len`](Self::len) on decoded data.
     pub fn validate(&self) -> Result<(), String> {
+        let mut total = 0u64;
         for seg in &self.segments {
             if let RowIdSegment::Range { start, end } = seg
                 && end <= start
             {
                 return Err(format!("empty or inverted row-id range {start}..{end}"));
             }
+            total = total
+                .checked_add(seg.len())
+                .ok_or("row-id sequence is longer than u64::MAX ids")?;
         }
         Ok(())
     }
@@ -166,7 +171,73 @@ impl RowIdSequence {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ledger::fuzz::mutated;
     use proptest::prelude::*;
+
+    /// Row-id sequences are persisted as JSON inside the manifest: whatever deserializes and
+    /// validates must be usable without panicking, and re-serialize to an equal value.
+    fn check_decoded(bytes: &[u8]) {
+        let Ok(seq) = serde_json::from_slice::<RowIdSequence>(bytes) else {
+            return;
+        };
+        if seq.validate().is_err() {
+            return;
+        }
+        let len = seq.len();
+        let max = seq.max_id();
+        assert_eq!(max.is_none(), len == 0);
+        let mut window = Vec::new();
+        seq.extend_slice(len.saturating_sub(3), 8, &mut window);
+        assert_eq!(window.len() as u64, len.min(3));
+        let again: RowIdSequence =
+            serde_json::from_slice(&serde_json::to_vec(&seq).unwrap()).unwrap();
+        assert_eq!(again, seq);
+    }
+
+    #[test]
+    fn overlong_sequences_are_invalid_not_overflowed() {
+        let json = br#"{"segments": [
+            {"kind": "range", "start": 0, "end": 18446744073709551615},
+            {"kind": "range", "start": 0, "end": 2}]}"#;
+        let seq: RowIdSequence = serde_json::from_slice(json).unwrap();
+        assert!(seq.validate().unwrap_err().contains("longer than"));
+    }
+
+    fn valid_json() -> impl Strategy<Value = Vec<u8>> {
+        prop::collection::vec(0u64..60, 0..40)
+            .prop_map(|ids| serde_json::to_vec(&RowIdSequence::from_ids(ids)).unwrap())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn prop_row_id_sequence_never_panics_on_arbitrary_bytes(
+            bytes in prop_oneof![
+                prop::collection::vec(any::<u8>(), 0..200),
+                // Well-formed JSON of the right shape with arbitrary numbers.
+                prop::collection::vec(
+                    (any::<bool>(), any::<u64>(), any::<u64>()), 0..4,
+                ).prop_map(|segs| {
+                    let segs: Vec<String> = segs.iter().map(|&(r, a, b)| if r {
+                        format!(r#"{{"kind":"range","start":{a},"end":{b}}}"#)
+                    } else {
+                        format!(r#"{{"kind":"ids","ids":[{a},{b}]}}"#)
+                    }).collect();
+                    format!(r#"{{"segments":[{}]}}"#, segs.join(",")).into_bytes()
+                }),
+            ],
+        ) {
+            check_decoded(&bytes);
+        }
+
+        #[test]
+        fn prop_row_id_sequence_never_panics_on_mutated_valid_input(
+            bytes in valid_json().prop_flat_map(mutated),
+        ) {
+            check_decoded(&bytes);
+        }
+    }
 
     #[test]
     fn consecutive_ids_collapse_to_one_range() {

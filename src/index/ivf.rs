@@ -176,12 +176,18 @@ impl IvfModel {
                 "bad model shape: dim {dim}, partitions {partitions}, sub-vectors {sub_vectors}"
             ));
         }
-        let floats = partitions * dim + if sub_vectors > 0 { PQ_CODES * dim } else { 0 };
-        if bytes.len() != 24 + floats * 4 {
+        // The header's counts are untrusted: size arithmetic must not overflow.
+        let implied = partitions
+            .checked_mul(dim)
+            .and_then(|c| c.checked_add(if sub_vectors > 0 { PQ_CODES * dim } else { 0 }))
+            .and_then(|floats| floats.checked_mul(4))
+            .and_then(|b| b.checked_add(24));
+        if implied != Some(bytes.len()) {
             return Err(format!(
-                "model file has {} bytes, its header implies {}",
+                "model file has {} bytes, its header (dim {dim}, partitions {partitions}, \
+                 sub-vectors {sub_vectors}) implies {}",
                 bytes.len(),
-                24 + floats * 4
+                implied.map_or("more than fit in memory".to_string(), |n| n.to_string())
             ));
         }
         let values: Vec<f32> = bytes[24..]
@@ -205,6 +211,8 @@ impl IvfModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ledger::fuzz::{arbitrary_with_magic, mutated};
+    use proptest::prelude::*;
 
     fn model(pq: bool) -> IvfModel {
         let centroids: Vec<f32> = (0..3 * 4).map(|i| i as f32).collect();
@@ -233,6 +241,61 @@ mod tests {
             let mut bad = bytes.clone();
             bad[8] = 9; // metric tag
             assert!(IvfModel::decode(&bad).unwrap_err().contains("metric"));
+        }
+    }
+
+    #[test]
+    fn huge_header_counts_are_refused_not_overflowed() {
+        // dim = partitions = u32::MAX: `partitions × dim × 4` overflows usize.
+        let mut bytes = MAGIC.to_vec();
+        for w in [0u32, u32::MAX, u32::MAX, 0] {
+            bytes.extend_from_slice(&w.to_le_bytes());
+        }
+        let e = IvfModel::decode(&bytes).unwrap_err();
+        assert!(e.contains("more than fit in memory"), "{e}");
+    }
+
+    /// A decoded model re-encodes to exactly its bytes, and its shape is consistent.
+    fn check_decoded(bytes: &[u8]) {
+        if let Ok(m) = IvfModel::decode(bytes) {
+            assert_eq!(m.encode(), bytes);
+            assert_eq!(m.centroids.len(), m.partitions() * m.dim);
+            if let Some(pq) = &m.pq {
+                assert_eq!(
+                    pq.codebooks.len(),
+                    PQ_CODES * pq.sub_dim(m.dim) * pq.sub_vectors
+                );
+            }
+        }
+    }
+
+    fn small_header() -> impl Strategy<Value = Vec<u8>> {
+        // A header with small counts followed by some floats, so sizes sometimes match.
+        (0u32..4, 1u32..5, 1u32..4, 0u32..3, 0usize..2200).prop_map(|(m, d, p, s, n)| {
+            let mut b = MAGIC.to_vec();
+            for w in [m, d, p, s] {
+                b.extend_from_slice(&w.to_le_bytes());
+            }
+            b.extend((0..n * 4).map(|i| i as u8));
+            b
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn prop_ivf_model_decode_never_panics_on_arbitrary_bytes(
+            bytes in prop_oneof![arbitrary_with_magic(MAGIC), small_header()],
+        ) {
+            check_decoded(&bytes);
+        }
+
+        #[test]
+        fn prop_ivf_model_decode_never_panics_on_mutated_valid_input(
+            bytes in any::<bool>().prop_flat_map(|pq| mutated(model(pq).encode())),
+        ) {
+            check_decoded(&bytes);
         }
     }
 

@@ -133,7 +133,7 @@ pub fn decode_footer(footer: &[u8], file_size: u64) -> std::result::Result<Foote
             .ok_or("partition sizes overflow")?;
         index.push((offset, rows));
     }
-    if expected + footer.len() as u64 + 16 != file_size {
+    if expected.checked_add(footer.len() as u64 + 16) != Some(file_size) {
         return Err("partitions and footer do not fill the file exactly".into());
     }
     Ok(Footer {
@@ -183,7 +183,7 @@ pub async fn read_footer(dir: &TableDir, file: &str, size: u64) -> Result<Footer
         return Err(corrupt("not a fragvec segment file (bad end magic)".into()));
     }
     let footer_len = u64::from_le_bytes(tail[..8].try_into().expect("8"));
-    if footer_len + 16 > size {
+    if footer_len > size - 16 {
         return Err(corrupt("footer longer than the file".into()));
     }
     let bytes = dir
@@ -218,6 +218,8 @@ pub async fn read_partition(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ledger::fuzz::mutated;
+    use proptest::prelude::*;
 
     fn parts() -> Vec<Partition> {
         vec![
@@ -256,6 +258,98 @@ mod tests {
                 false,
             );
             assert_eq!(&got, expected);
+        }
+    }
+
+    /// The footer bytes of a whole file, checked the way [`read_footer`] checks them.
+    fn footer_of(bytes: &[u8]) -> Option<&[u8]> {
+        let n = bytes.len();
+        if n < 16 || &bytes[n - 8..] != END_MAGIC {
+            return None;
+        }
+        let footer_len = u64::from_le_bytes(bytes[n - 16..n - 8].try_into().unwrap());
+        (footer_len <= n as u64 - 16).then(|| &bytes[n - 16 - footer_len as usize..n - 16])
+    }
+
+    /// Whatever footer decodes must describe blocks inside the file, and every partition
+    /// must then decode from its byte range.
+    fn check_file(bytes: &[u8], pq: bool) {
+        let Some(footer) = footer_of(bytes) else {
+            return;
+        };
+        let Ok(footer) = decode_footer(footer, bytes.len() as u64) else {
+            return;
+        };
+        for (p, &(_, rows)) in footer.partitions.iter().enumerate() {
+            let r = footer.range(p);
+            assert!(r.start <= r.end && r.end <= bytes.len() as u64);
+            let a = footer.addrs_range(p);
+            let addrs = decode_addrs(&bytes[a.start as usize..a.end as usize]);
+            assert_eq!(addrs.len() as u64, rows);
+            let part = decode_partition(
+                &bytes[r.start as usize..r.end as usize],
+                rows as usize,
+                footer.row_width,
+                pq,
+            );
+            assert_eq!(part.addrs, addrs);
+        }
+    }
+
+    fn valid_file() -> impl Strategy<Value = (Vec<u8>, bool)> {
+        (any::<bool>(), prop::collection::vec(0usize..4, 0..5)).prop_map(|(pq, sizes)| {
+            let width = if pq { 3 } else { 8 };
+            let parts: Vec<Partition> = sizes
+                .iter()
+                .enumerate()
+                .map(|(p, &n)| Partition {
+                    addrs: (0..n as u64).map(|i| i * 7 + p as u64).collect(),
+                    codes: if pq { vec![p as u8; n * 3] } else { vec![] },
+                    vectors: if pq { vec![] } else { vec![p as f32; n * 2] },
+                })
+                .collect();
+            (encode(&parts, width), pq)
+        })
+    }
+
+    #[test]
+    fn huge_row_counts_are_refused_not_overflowed() {
+        // One partition of u64::MAX / 8 rows of width 0: its end plus the footer overflows.
+        let mut footer = MAGIC.to_vec();
+        footer.extend_from_slice(&1u32.to_le_bytes());
+        footer.extend_from_slice(&0u32.to_le_bytes());
+        footer.extend_from_slice(&0u64.to_le_bytes());
+        footer.extend_from_slice(&(u64::MAX / 8).to_le_bytes());
+        let e = decode_footer(&footer, 48).unwrap_err();
+        assert!(e.contains("do not fill the file"), "{e}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn prop_decode_footer_never_panics_on_arbitrary_bytes(
+            magic in any::<bool>(),
+            rest in prop::collection::vec(any::<u8>(), 0..200),
+            size in prop_oneof![any::<u64>(), 0u64..400],
+        ) {
+            let mut footer = if magic { MAGIC.to_vec() } else { vec![] };
+            footer.extend_from_slice(&rest);
+            if let Ok(f) = decode_footer(&footer, size) {
+                prop_assert_eq!(f.partitions.len() * 16 + 16, footer.len());
+            }
+            decode_addrs(&rest);
+            let mut file = rest.clone();
+            file.extend_from_slice(END_MAGIC);
+            check_file(&rest, magic);
+            check_file(&file, magic);
+        }
+
+        #[test]
+        fn prop_decode_footer_never_panics_on_mutated_valid_input(
+            (bytes, pq) in valid_file().prop_flat_map(|(v, pq)| (mutated(v), Just(pq))),
+        ) {
+            check_file(&bytes, pq);
         }
     }
 

@@ -20,6 +20,8 @@
 //! Memory is O(fragments) plus the removed-row bitmaps of the sources (compressed): no map
 //! per row.
 
+#[cfg(test)]
+pub(crate) mod fuzz;
 pub mod ids;
 pub mod ordered;
 pub mod ownership;

@@ -5,6 +5,7 @@ use proptest::prelude::*;
 
 use super::writer::FooterParts;
 use super::*;
+use crate::ledger::fuzz::mutated;
 
 /// splitmix64: a tiny deterministic generator, so a proptest case is one seed.
 struct Rng(u64);
@@ -976,4 +977,129 @@ fn encoded_size_stays_within_budget() {
         ((block * 16 + rng.below(16)) * 37 % 1000) as u16
     });
     assert!(local <= 5.3, "block-local labels: {local:.3} bits/row");
+}
+
+// ---------------------------------------------------------------------------------------
+// Property-based decoder fuzzing: arbitrary and damaged input never panics.
+
+/// Recomputes the footer checksum after damage, so the damage reaches the checks behind it
+/// (a stale checksum stops almost every damaged footer at the first check).
+fn reseal(bytes: &mut [u8]) {
+    let n = bytes.len();
+    if n < TRAILER_LEN as usize {
+        return;
+    }
+    let footer_len = u64::from_le_bytes(bytes[n - 16..n - 8].try_into().unwrap());
+    if footer_len > (n - 16) as u64 {
+        return;
+    }
+    let sum = super::codec::checksum(&bytes[n - 16 - footer_len as usize..n - 16]);
+    bytes[n - 8..n - 4].copy_from_slice(&sum.to_le_bytes());
+}
+
+/// Decodes `tail` as the end of a `file_len`-byte file; what decodes is self-consistent.
+fn check_footer(tail: &[u8], file_len: u64) {
+    let _ = RowMapFooter::required_tail_len(tail, file_len);
+    if let Ok(footer) = RowMapFooter::decode(tail, file_len) {
+        footer.counts().validate().unwrap();
+        assert_eq!(footer.file_len(), file_len);
+        let mut end = HEADER_LEN;
+        for b in 0..footer.num_blocks() {
+            let r = footer.block_range(b);
+            assert!(r.start == end && r.end > r.start, "blocks are contiguous");
+            end = r.end;
+        }
+        assert!(end <= file_len);
+    }
+}
+
+/// A block decoded without its checksum still agrees with the footer's counts. `b` may be
+/// past the last block: `decode_block` must refuse it (the unchecked test hook indexes
+/// blocks directly, so it only sees blocks that exist).
+fn check_block(footer: &RowMapFooter, m: usize, b: usize, bytes: &[u8]) {
+    let _ = footer.decode_block(b, bytes);
+    if b >= footer.num_blocks() {
+        return;
+    }
+    if let Ok(block) = footer.decode_block_unchecked(b, bytes) {
+        let labels: Vec<_> = block.labels().collect();
+        let counts = CountsMatrix::from_labels(m, footer.block_rows(), &labels).unwrap();
+        assert_eq!(counts.cumulative(0), footer.counts().block_counts(b));
+    }
+}
+
+/// A small valid row-map file and its destination count.
+fn small_file() -> impl Strategy<Value = (Vec<u8>, usize)> {
+    small_case().prop_map(|case| {
+        let bytes = write(&case.sources, &case.live, case.m, case.block_rows);
+        (bytes, case.m)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn prop_row_map_footer_decode_never_panics_on_arbitrary_bytes(
+        mut tail in prop::collection::vec(any::<u8>(), 0..300),
+        trailer in any::<bool>(),
+        extra in prop_oneof![0u64..64, any::<u64>()],
+    ) {
+        if trailer && tail.len() >= TRAILER_LEN as usize {
+            // A plausible trailer: the magic, a footer length that fits, a valid checksum.
+            let n = tail.len();
+            let footer_len = (tail[0] as usize % (n - 15)) as u64;
+            tail[n - 16..n - 8].copy_from_slice(&footer_len.to_le_bytes());
+            tail[n - 4..].copy_from_slice(&FILE_MAGIC);
+            reseal(&mut tail);
+        }
+        check_footer(&tail, (tail.len() as u64).saturating_add(extra));
+        check_footer(&tail, tail.len() as u64);
+    }
+
+    #[test]
+    fn prop_row_map_footer_decode_never_panics_on_mutated_valid_input(
+        (bytes, resealed) in small_file()
+            .prop_flat_map(|(v, _)| (mutated(v), any::<bool>())),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let mut bytes = bytes;
+        if resealed {
+            reseal(&mut bytes);
+        }
+        let len = bytes.len() as u64;
+        check_footer(&bytes, len);
+        // A shorter tail of the same file, as a first ranged read would fetch.
+        check_footer(&bytes[cut.index(bytes.len() + 1).min(bytes.len())..], len);
+        exercise(&bytes);
+    }
+
+    #[test]
+    fn prop_decode_block_never_panics_on_arbitrary_bytes(
+        (bytes, m) in small_file(),
+        b in any::<prop::sample::Index>(),
+        block in prop::collection::vec(any::<u8>(), 0..64),
+    ) {
+        let footer = open(&bytes);
+        let b = b.index(footer.num_blocks() + 1);
+        check_block(&footer, m, b, &block);
+    }
+
+    #[test]
+    fn prop_decode_block_never_panics_on_mutated_valid_input(
+        ((bytes, m), b, damage) in small_file().prop_flat_map(|(v, m)| {
+            let footer = open(&v);
+            let blocks = footer.num_blocks().max(1);
+            (Just((v, m)), 0..blocks, prop::collection::vec(crate::ledger::fuzz::mutation(), 1..5))
+        }),
+    ) {
+        let footer = open(&bytes);
+        if b < footer.num_blocks() {
+            let mut block = block_bytes(&footer, &bytes, b).to_vec();
+            for d in &damage {
+                crate::ledger::fuzz::apply(&mut block, d);
+            }
+            check_block(&footer, m, b, &block);
+        }
+    }
 }
