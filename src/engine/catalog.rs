@@ -75,8 +75,7 @@ impl FragvecSchema {
     pub async fn refresh(&self) -> Result<()> {
         let names = self.db.list_tables().await?;
         *self.known.write().expect("lock") = names;
-        let views = self.db.list_views().await?;
-        *self.views.write().expect("lock") = views.into_keys().collect();
+        *self.views.write().expect("lock") = self.db.view_names().await?;
         Ok(())
     }
 

@@ -1,7 +1,6 @@
 //! CREATE VECTOR INDEX, DROP INDEX and OPTIMIZE INDEX statements: options parsed from SQL,
 //! then one call into [`crate::index::optimize`], which builds and commits.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::common::{Result, plan_datafusion_err, plan_err};
@@ -11,7 +10,6 @@ use crate::format::{self, FormatError, Snapshot};
 use crate::index::cache::IndexCache;
 use crate::index::distance::Metric;
 use crate::index::optimize::{self as index_optimize, BuildOptions, Optimize};
-use crate::ledger::{LedgerView, SegmentOwnership};
 use crate::sql::OptimizeAction;
 
 /// Parses `WITH (...)` of `CREATE VECTOR INDEX ... USING kind`.
@@ -75,15 +73,6 @@ pub async fn create(
 pub async fn drop(snapshot: Snapshot, name: &str, if_exists: bool) -> Result<u64> {
     index_optimize::drop(&snapshot, name, if_exists).await?;
     Ok(0)
-}
-
-/// Each segment of `index` with its ownership in current fragment ids (after rewrites).
-pub async fn ownerships(
-    snapshot: &Snapshot,
-    index: &str,
-    cache: &IndexCache,
-) -> Result<(Arc<LedgerView>, Arc<BTreeMap<u64, SegmentOwnership>>)> {
-    Ok(index_optimize::ownerships(snapshot, index, cache).await?)
 }
 
 /// `OPTIMIZE INDEX name ON t [APPEND | MERGE n | RETRAIN]`; returns the rows written into

@@ -19,6 +19,7 @@ use datafusion::logical_expr::{
 };
 use datafusion::prelude::SessionContext;
 
+use crate::format::types::has_null_element;
 use crate::index::distance::{cosine_distance, dot, l2_squared};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -229,7 +230,7 @@ impl VectorArg {
                 }
                 let n = a.value_length() as usize;
                 let start = i * n; // a FixedSizeListArray slices its values, so its offset is 0
-                if has_null_element(a.values(), start, n) {
+                if has_null_element(a.values().as_ref(), start, n) {
                     return None;
                 }
                 let values = a.values().as_primitive::<Float32Type>().values();
@@ -248,18 +249,9 @@ fn list_slice<O: OffsetSizeTrait>(a: &GenericListArray<O>, i: usize) -> Option<&
     }
     let offsets = a.value_offsets();
     let (start, end) = (offsets[i].as_usize(), offsets[i + 1].as_usize());
-    if has_null_element(a.values(), start, end - start) {
+    if has_null_element(a.values().as_ref(), start, end - start) {
         return None;
     }
     let values = a.values().as_primitive::<Float32Type>().values();
     Some(&values[start..end])
-}
-
-/// Whether elements `start..start + len` of a vector's values hold a NULL: such a vector has
-/// no distance (NULL out), rather than one computed from whatever sits behind the NULL.
-#[inline]
-fn has_null_element(values: &ArrayRef, start: usize, len: usize) -> bool {
-    values
-        .nulls()
-        .is_some_and(|n| n.null_count() > 0 && n.slice(start, len).null_count() > 0)
 }

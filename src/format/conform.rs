@@ -7,7 +7,7 @@ use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
 
 use super::error::{FormatError, Result};
-use super::types::{display_type, vector_dim};
+use super::types::{display_type, has_null_element, vector_dim};
 
 /// Conforms a batch to the table schema: same column types, nullability enforced.
 pub fn conform_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
@@ -62,7 +62,6 @@ pub fn conform_batch(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBa
 /// The first non-NULL vector of a `FixedSizeList` column with a NULL element, if any.
 fn row_with_null_element(column: &ArrayRef) -> Option<usize> {
     let list = column.as_fixed_size_list_opt()?;
-    let nulls = list.values().nulls().filter(|n| n.null_count() > 0)?;
     let n = list.value_length() as usize;
-    (0..list.len()).find(|&i| list.is_valid(i) && nulls.slice(i * n, n).null_count() > 0)
+    (0..list.len()).find(|&i| list.is_valid(i) && has_null_element(list.values(), i * n, n))
 }

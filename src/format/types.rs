@@ -36,3 +36,16 @@ pub fn normalize(dt: &DataType) -> DataType {
         None => dt.clone(),
     }
 }
+
+/// Whether elements `start..start + len` of a vector's values hold a NULL. A vector with a
+/// NULL element has no distance and may not be stored (a NULL vector is fine).
+#[inline]
+pub fn has_null_element(
+    values: &dyn datafusion::arrow::array::Array,
+    start: usize,
+    len: usize,
+) -> bool {
+    values
+        .nulls()
+        .is_some_and(|n| n.null_count() > 0 && n.slice(start, len).null_count() > 0)
+}

@@ -8,7 +8,7 @@
 //! unless replacing, with a create-if-absent put, so two sessions racing to create one view
 //! cannot both succeed.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 use futures::TryStreamExt;
 use object_store::path::Path;
@@ -55,17 +55,13 @@ impl Database {
         }
     }
 
-    /// Removes view `name`; `Ok(false)` when there is none.
-    pub async fn drop_view(&self, name: &str) -> Result<bool> {
+    /// Removes view `name` (nothing happens if there is none; callers that must report a
+    /// missing view check with [`Database::read_view`] first).
+    pub async fn drop_view(&self, name: &str) -> Result<()> {
         validate_table_name(name)?;
         let path = self.view_path(name);
-        match self.store().head(&path).await {
-            Ok(_) => {}
-            Err(object_store::Error::NotFound { .. }) => return Ok(false),
-            Err(e) => return Err(FormatError::store(&path, e)),
-        }
         match self.store().delete(&path).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(true),
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(FormatError::store(&path, e)),
         }
     }
@@ -84,8 +80,8 @@ impl Database {
             .map_err(|_| FormatError::corrupt(&path, "view text is not UTF-8"))
     }
 
-    /// Every stored view: name → query text.
-    pub async fn list_views(&self) -> Result<BTreeMap<String, String>> {
+    /// The names of every stored view (a listing; the texts are not read).
+    pub async fn view_names(&self) -> Result<BTreeSet<String>> {
         let dir = self.root().clone().join(VIEWS_DIR);
         let objects: Vec<_> = self
             .store()
@@ -93,30 +89,11 @@ impl Database {
             .try_collect()
             .await
             .map_err(|e| FormatError::store(&dir, e))?;
-        let mut views = BTreeMap::new();
-        for object in objects {
-            let Some(name) = object
-                .location
-                .filename()
-                .and_then(|f| f.strip_suffix(VIEW_SUFFIX))
-            else {
-                continue;
-            };
-            if validate_table_name(name).is_err() {
-                continue;
-            }
-            let bytes = self
-                .store()
-                .get(&object.location)
-                .await
-                .map_err(|e| FormatError::store(&object.location, e))?
-                .bytes()
-                .await
-                .map_err(|e| FormatError::store(&object.location, e))?;
-            let query = String::from_utf8(bytes.to_vec())
-                .map_err(|_| FormatError::corrupt(&object.location, "view text is not UTF-8"))?;
-            views.insert(name.to_string(), query);
-        }
-        Ok(views)
+        Ok(objects
+            .iter()
+            .filter_map(|o| o.location.filename()?.strip_suffix(VIEW_SUFFIX))
+            .filter(|name| validate_table_name(name).is_ok())
+            .map(str::to_string)
+            .collect())
     }
 }

@@ -86,25 +86,12 @@ impl fmt::Display for RowAddr {
 #[serde(transparent)]
 pub struct RowId(pub u64);
 
-impl RowId {
-    /// The id a row has on a table without stable row ids: its address.
-    pub fn of_address(addr: RowAddr) -> Self {
-        RowId(addr.0)
-    }
-}
-
 /// A table version (a manifest's number).
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
 #[serde(transparent)]
 pub struct Version(pub u64);
-
-impl Version {
-    pub fn next(self) -> Self {
-        Version(self.0 + 1)
-    }
-}
 
 impl fmt::Display for Version {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -36,7 +36,7 @@
 //! write when rows were added; the vectors of rewrite sources that winners changed; one
 //! conditional put.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use roaring::RoaringBitmap;
@@ -84,33 +84,41 @@ pub async fn commit(dir: &Arc<TableDir>, read: &Manifest, txn: &Transaction) -> 
         latest.check_writable(dir.name())?;
         conflict::check(read, &latest, txn).map_err(|c| conflict(latest.version, c))?;
         // Rows a winner deleted must be neither rows we delete nor rows whose values we
-        // rewrite in place.
-        for (id, rows) in &txn.updated_in_place {
-            let now = latest.fragment(*id).expect("checked by conflict::check");
-            let before = read.fragment(*id).expect("checked by conflict::check");
-            if now.deletion != before.deletion {
-                let by_winners =
-                    &dir.read_deletions(now).await? - &dir.read_deletions(before).await?;
-                conflict::check_deletions(*id, &by_winners, rows)
-                    .map_err(|c| conflict(latest.version, c))?;
-            }
-        }
+        // rewrite in place; our deletions merge into the latest vectors.
         let mut deletion_files = BTreeMap::new();
-        for (id, new) in &txn.deletions {
-            let now = latest.fragment(*id).expect("checked by conflict::check");
-            let before = read.fragment(*id).expect("checked by conflict::check");
+        let touched: BTreeSet<u64> = txn
+            .deletions
+            .keys()
+            .chain(txn.updated_in_place.keys())
+            .copied()
+            .collect();
+        for id in touched {
+            let now = latest.fragment(id).expect("checked by conflict::check");
+            let before = read.fragment(id).expect("checked by conflict::check");
+            let new = txn.deletions.get(&id);
+            let winners_deleted = now.deletion != before.deletion;
+            if !winners_deleted && new.is_none() {
+                continue;
+            }
             let current = dir.read_deletions(now).await?;
-            if now.deletion != before.deletion {
+            if winners_deleted {
                 let by_winners = &current - &dir.read_deletions(before).await?;
-                conflict::check_deletions(*id, &by_winners, new)
+                let mut ours = new.cloned().unwrap_or_default();
+                if let Some(updated) = txn.updated_in_place.get(&id) {
+                    ours |= updated;
+                }
+                conflict::check_deletions(id, &by_winners, &ours)
                     .map_err(|c| conflict(latest.version, c))?;
             }
+            let Some(new) = new else {
+                continue;
+            };
             let merged = &current | new;
             if merged.len() == current.len() {
                 continue;
             }
             let file = dir.write_deletions(now, &merged, txn.read_version).await?;
-            deletion_files.insert(*id, file);
+            deletion_files.insert(id, file);
         }
         carry_deletions(dir, &latest, txn, &mut deletion_files).await?;
         let next =
