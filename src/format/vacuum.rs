@@ -1,8 +1,9 @@
 //! VACUUM: removing files no retained version references.
 //!
 //! The retained versions are the newest `retain` ones (all of them by default) plus every
-//! version committed within a grace period (a writer in progress may have read it and still
-//! need its files, e.g. the deletion vectors it merges with). A file is removed when no
+//! version that was still the latest within a grace period, i.e. whose successor committed
+//! within it (a writer in progress may have read it and still need its files, e.g. the data
+//! files it scans or the deletion vectors it merges with, however old the version is). A file is removed when no
 //! retained manifest references it (data files, deletion files, index models and segments,
 //! and the files ledger transitions need: removed-row deletion vectors and row maps) and it is
 //! older than the grace period (a writer may have written it and not committed yet), so the
@@ -64,9 +65,11 @@ pub async fn vacuum(dir: &TableDir, retain: Option<u64>, grace: Duration) -> Res
         None => 0,
     };
     let cutoff_ms = super::manifest::now_ms() - grace.as_millis() as i64;
-    // Versions committed within the grace period stay, whatever `retain` says.
+    // A version may be in use until its successor commits: a writer may have read it as the
+    // latest and still scan its files or merge with its deletion vectors. So every version
+    // whose successor committed within the grace period stays, whatever `retain` says.
     while keep_from > 0 {
-        match dir.load_manifest(versions[keep_from - 1]).await {
+        match dir.load_manifest(versions[keep_from]).await {
             Ok(m) if m.transaction.timestamp_ms >= cutoff_ms => keep_from -= 1,
             _ => break,
         }

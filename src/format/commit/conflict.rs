@@ -16,7 +16,9 @@
 //! 2. [`check`], only when rebasing: an index change must still find every segment it
 //!    replaces ([`Conflict::SegmentReplaced`]) and every fragment its new segments hold
 //!    ([`Conflict::FragmentLeftDuringBuild`]); dropping an index needs the index
-//!    ([`Conflict::IndexDropped`]).
+//!    ([`Conflict::IndexDropped`]); appending to, merging or retraining an index needs it
+//!    defined as it read it ([`Conflict::IndexDropped`], [`Conflict::IndexRedefined`]: a
+//!    segment built with old centroids must not join an index a winner retrained).
 //! 3. [`check`]: every source of a rewrite must still be in `latest`
 //!    ([`Conflict::RewriteSourceRemoved`]) with the data files the rewrite read
 //!    ([`Conflict::RewriteSourceRewritten`]).
@@ -31,14 +33,25 @@
 //!    index ([`Conflict::FragmentOwnedTwice`]), and otherwise a valid manifest
 //!    ([`Conflict::InvalidAfterRebase`]).
 //!
+//! 6. [`check_concurrent_merges`], only for a rebased MERGE, on the winners' manifests (IO):
+//!    a winner that was a MERGE and appended rows ([`Conflict::ConcurrentMerge`]). A MERGE
+//!    reads every target row to decide which source rows match; a row another MERGE
+//!    inserted meanwhile is one it may have had to match (two upserts of one new key would
+//!    both insert it). Blind appends (INSERT) do not count: the MERGE then serializes
+//!    before them. DELETE and UPDATE are not checked against appended rows either: they
+//!    serialize before the winner unless the winner read rows they changed, and such a
+//!    winner changed those rows too (rule 4 or rule 1).
+//!
 //! Everything else rebases: appends always (fresh ids, after the winners' fragments),
 //! deletions onto the union of the deletion vectors, rewrites at their sources' position.
 //! The commit loop adds one reason of its own, [`Conflict::TooManyConcurrentCommits`].
 //!
-//! What these rules decide for every pair of operations (append, delete, update by rows or
-//! by columns, compaction, index create / append / merge / drop) on the same rows, other
-//! rows of the same fragment or disjoint fragments is pinned by the table in
-//! `conflict/matrix.rs` (test only).
+//! What these rules decide for every pair of operations (append, delete, update and MERGE
+//! by rows or by columns, COMPACT, RECLUSTER, index create / append / merge / retrain /
+//! drop, ALTER TABLE ... CLUSTER BY) on the same rows, other rows of the same fragments or
+//! disjoint fragments is pinned by the table in `conflict/matrix.rs` (test only). VACUUM
+//! commits no version and so is in no rule: it keeps every version that was the latest
+//! within its grace period and every file younger than it (see [`crate::format::vacuum`]).
 //!
 //! Ids: a fragment id in a [`Conflict`] names a fragment as the statement read it (rules
 //! 1–4) or as the rebased manifest holds it (rule 5); segment ids are the manifest's.
@@ -50,7 +63,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use roaring::RoaringBitmap;
 
 use super::transaction::{IndexChange, NewSegment, Transaction};
-use crate::format::manifest::Manifest;
+use crate::format::manifest::{Manifest, Operation};
 use crate::ledger::ids::FragmentId;
 
 pub use super::reason::Conflict;
@@ -76,7 +89,7 @@ pub fn check(read: &Manifest, latest: &Manifest, txn: &Transaction) -> Result<()
         }
     }
     if is_rebase(latest, txn) {
-        check_index_change(latest, txn)?;
+        check_index_change(read, latest, txn)?;
     }
     for rewrite in &txn.rewrites {
         for (source, files) in rewrite.sources.iter().zip(&rewrite.source_files) {
@@ -96,7 +109,11 @@ pub fn check(read: &Manifest, latest: &Manifest, txn: &Transaction) -> Result<()
 /// Rule 2: an index change read at an older version replayed onto `latest`. (Fragments
 /// leave through rewrites whose rows live on in other fragments: keeping a segment over
 /// them would let it own rows another segment owns, or rows changed since it read them.)
-fn check_index_change(latest: &Manifest, txn: &Transaction) -> Result<(), Conflict> {
+fn check_index_change(
+    read: &Manifest,
+    latest: &Manifest,
+    txn: &Transaction,
+) -> Result<(), Conflict> {
     let (index, remove, added): (&str, &[u64], &[NewSegment]) = match &txn.index_change {
         None => return Ok(()),
         Some(IndexChange::Drop { name }) => {
@@ -110,7 +127,22 @@ fn check_index_change(latest: &Manifest, txn: &Transaction) -> Result<(), Confli
         Some(IndexChange::Create { def, segments }) => (&def.name, &[], segments),
         Some(IndexChange::ReplaceSegments {
             index, remove, add, ..
-        }) => (index, remove, add),
+        }) => {
+            match latest.index(index) {
+                None => {
+                    return Err(Conflict::IndexDropped {
+                        index: index.clone(),
+                    });
+                }
+                Some(now) if read.index(index) != Some(now) => {
+                    return Err(Conflict::IndexRedefined {
+                        index: index.clone(),
+                    });
+                }
+                Some(_) => {}
+            }
+            (index, remove, add)
+        }
     };
     if let Some(&segment) = remove
         .iter()
@@ -150,6 +182,32 @@ pub fn check_deletions(
             rows,
         }),
     }
+}
+
+/// Rule 6: a MERGE `txn` read at `read` against the winners committed since, oldest first
+/// (`winners`: the manifests of versions `read.version + 1 ..= latest`). A winner appended
+/// rows when it allocated fragment ids (a MERGE rewrites no fragments, so every new id is an
+/// appended fragment).
+pub fn check_concurrent_merges(
+    read: &Manifest,
+    winners: &[&Manifest],
+    txn: &Transaction,
+) -> Result<(), Conflict> {
+    if txn.operation != Operation::Merge {
+        return Ok(());
+    }
+    let mut before = read;
+    for &winner in winners {
+        if winner.transaction.operation == Operation::Merge
+            && winner.next_fragment_id > before.next_fragment_id
+        {
+            return Err(Conflict::ConcurrentMerge {
+                version: winner.version,
+            });
+        }
+        before = winner;
+    }
+    Ok(())
 }
 
 /// Rule 5: the manifest `next` a *rebased index change* would produce. Call it only for
@@ -292,6 +350,108 @@ mod tests {
             }
         );
         assert!(conflict.to_string().contains("owned by two segments"));
+    }
+
+    /// A build over index `i` (one segment over fragment 0) retrained with a new model.
+    fn retrain(m: &Manifest) -> Transaction {
+        let mut t = Transaction::new(Operation::OptimizeIndex, m.version);
+        let def = crate::format::index_meta::IndexDef {
+            model_file: "_indexes/i/retrained.model".into(),
+            ..m.index("i").unwrap().clone()
+        };
+        t.index_change = Some(IndexChange::ReplaceSegments {
+            index: "i".into(),
+            remove: m.segments_of("i").map(|s| s.id).collect(),
+            add: vec![segment_over(&[0])],
+            def: Some(def),
+        });
+        t
+    }
+
+    /// Three writers: a retrain reads version 2, an INSERT commits version 3, an index append
+    /// reads version 3 (indexing only the new fragment, with the old centroids), the retrain
+    /// commits version 4. The append shares no fragment with the retrain, yet rebasing it
+    /// would put a segment of old centroids into the retrained index.
+    #[test]
+    fn an_index_append_over_a_concurrent_retrain_conflicts() {
+        let mut t = Transaction::new(Operation::Append, 1);
+        t.appends = vec![append(4, "a")];
+        let m = with_index(&applied(&table(false), &t));
+        let retrain = retrain(&m);
+        let mut insert = Transaction::new(Operation::Append, m.version);
+        insert.appends = vec![append(4, "b")];
+        let m2 = applied(&m, &insert);
+        let mut index_append = Transaction::new(Operation::OptimizeIndex, m2.version);
+        index_append.index_change = Some(IndexChange::ReplaceSegments {
+            index: "i".into(),
+            remove: vec![],
+            add: vec![segment_over(&[1])],
+            def: None,
+        });
+        let m3 = applied(&m2, &retrain);
+        let index = "i".to_string();
+        assert_eq!(
+            check(&m2, &m3, &index_append),
+            Err(Conflict::IndexRedefined { index })
+        );
+        // Without the retrain in between, the same append rebases over the INSERT.
+        let mut append_at_m = index_append.clone();
+        append_at_m.read_version = m.version;
+        assert_eq!(check(&m, &m2, &append_at_m), Ok(()));
+    }
+
+    /// Two MERGEs: the winner appended rows (inserted, or new versions), which the second
+    /// one's matching never saw. A blind INSERT, or a MERGE that appended nothing, does not
+    /// conflict.
+    #[test]
+    fn a_merge_conflicts_with_a_concurrent_merge_that_appended_rows() {
+        let mut t = Transaction::new(Operation::Append, 1);
+        t.appends = vec![append(4, "a")];
+        let m = applied(&table(false), &t);
+        let mut ours = Transaction::new(Operation::Merge, m.version);
+        ours.appends = vec![append(1, "o")];
+        let mut merge = Transaction::new(Operation::Merge, m.version);
+        merge.appends = vec![append(1, "w")];
+        let after_merge = applied(&m, &merge);
+        assert_eq!(
+            check_concurrent_merges(&m, &[&after_merge], &ours),
+            Err(Conflict::ConcurrentMerge {
+                version: after_merge.version
+            })
+        );
+        // Found behind another winner too.
+        let mut insert = Transaction::new(Operation::Append, m.version);
+        insert.appends = vec![append(2, "i")];
+        let after_insert = applied(&m, &insert);
+        let merge_later = applied(&after_insert, &merge);
+        assert!(check_concurrent_merges(&m, &[&after_insert, &merge_later], &ours).is_err());
+        assert_eq!(check_concurrent_merges(&m, &[&after_insert], &ours), Ok(()));
+        let mut deleting_merge = Transaction::new(Operation::Merge, m.version);
+        deleting_merge
+            .deletions
+            .insert(0, [1u32].into_iter().collect());
+        let deleted = apply(
+            &m,
+            &deleting_merge,
+            &BTreeMap::from([(
+                0,
+                crate::format::manifest::DeletionFile {
+                    path: "_deletions/0-x.del".into(),
+                    deleted_rows: 1,
+                    read_version: m.version,
+                },
+            )]),
+            "d".into(),
+        )
+        .unwrap();
+        assert_eq!(check_concurrent_merges(&m, &[&deleted], &ours), Ok(()));
+        // Only a MERGE is checked: an UPDATE after the same winner rebases.
+        let mut update = ours.clone();
+        update.operation = Operation::Update;
+        assert_eq!(
+            check_concurrent_merges(&m, &[&after_merge], &update),
+            Ok(())
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //!   ▼ commit(dir, read = manifest r, txn)                          at most 20 attempts
 //!   ├─ latest = newest manifest v (r itself when nobody committed since)
 //!   ├─ conflict::check(read, latest, txn) ─────────────── Conflict ─▶ Err (retryable)
+//!   ├─ a MERGE: conflict::check_concurrent_merges(the winners' manifests) ─▶ Err (retryable)
 //!   ├─ per deleted-from fragment: union with latest's deletion vector;
 //!   │    conflict::check_deletions(rows the winners deleted) ─ Conflict ─▶ Err (retryable)
 //!   ├─ carry_deletions: rows deleted from a rewrite's sources since it read them
@@ -31,7 +32,7 @@
 //! [`FormatError::Conflict`] (retryable) carrying the typed [`Conflict`]; nothing is
 //! published then. A crash (or an error) before the manifest put leaves only orphan files
 //! (VACUUM removes them after its grace period); the table still reads at its last version.
-//! Cost per attempt: one manifest read when the table moved; per fragment the transaction
+//! Cost per attempt: one manifest read when the table moved (a MERGE: one per winner); per fragment the transaction
 //! deletes from, one deletion-vector read (two when a winner changed that vector) and one
 //! write when rows were added; the vectors of rewrite sources that winners changed; one
 //! conditional put.
@@ -42,7 +43,7 @@ use std::sync::Arc;
 use roaring::RoaringBitmap;
 
 use super::error::{FormatError, Result};
-use super::manifest::{DeletionFile, Fragment, Manifest};
+use super::manifest::{DeletionFile, Fragment, Manifest, Operation};
 use super::store::{Snapshot, TableDir, random_tag};
 use crate::ledger::Mapping;
 
@@ -83,6 +84,15 @@ pub async fn commit(dir: &Arc<TableDir>, read: &Manifest, txn: &Transaction) -> 
         };
         latest.check_writable(dir.name())?;
         conflict::check(read, &latest, txn).map_err(|c| conflict(latest.version, c))?;
+        if txn.operation == Operation::Merge && latest.version > read.version {
+            let mut winners = Vec::new();
+            for v in read.version + 1..latest.version {
+                winners.push(dir.load_manifest(v).await?);
+            }
+            let winners: Vec<&Manifest> = winners.iter().chain([&latest]).collect();
+            conflict::check_concurrent_merges(read, &winners, txn)
+                .map_err(|c| conflict(latest.version, c))?;
+        }
         // Rows a winner deleted must be neither rows we delete nor rows whose values we
         // rewrite in place; our deletions merge into the latest vectors.
         let mut deletion_files = BTreeMap::new();

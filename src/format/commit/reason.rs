@@ -42,6 +42,15 @@ pub enum Conflict {
     /// A rebased index change names an index a winner dropped.
     #[error("index '{index}' was dropped by a concurrent commit")]
     IndexDropped { index: String },
+    /// A rebased append to, merge of or retrain of an index whose definition a winner
+    /// replaced (retrained it, split partitions, or dropped and created it again): segments
+    /// built with the old centroids must not join an index that has new ones.
+    #[error("index '{index}' was retrained or redefined by a concurrent commit")]
+    IndexRedefined { index: String },
+    /// A MERGE read every target row to decide what to insert; a concurrent MERGE appended
+    /// rows (committed as `version`) that this one may have had to match.
+    #[error("a concurrent MERGE (version {version}) added rows this MERGE may have matched")]
+    ConcurrentMerge { version: u64 },
     /// A rebased index creation collides with a winner's index of the same name.
     #[error("index '{index}' was created by a concurrent commit too")]
     IndexCreatedTwice { index: String },
