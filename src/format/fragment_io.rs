@@ -2,32 +2,41 @@
 //!
 //! Readers return a fragment's **physical** rows in offset order (deleted rows included); the
 //! scan layer applies deletion vectors, because only it knows which offsets it needs.
+//!
+//! Every read goes through [`read_file`]: a file whose manifest entry records a footer
+//! checksum is read through the verifying range reader of [`super::integrity`], so a damaged
+//! page or footer is a `Corrupt` error naming the file before any value is decoded.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex};
 
+use bytes::Bytes;
 use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 // `ParquetObjectReader` is deprecated in parquet 59 in favour of hand-written readers; it is
 // still what DataFusion 55 itself builds on, and it does exactly the range reads we want.
+use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::arrow::ProjectionMask;
 use datafusion::parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, RowSelection,
 };
 #[allow(deprecated)]
 use datafusion::parquet::arrow::async_reader::ParquetObjectReader;
-use datafusion::parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
-use datafusion::parquet::arrow::async_writer::AsyncArrowWriter;
+use datafusion::parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
 use datafusion::parquet::basic::Compression;
 use datafusion::parquet::errors::ParquetError;
+use datafusion::parquet::file::metadata::{KeyValue, PageIndexPolicy};
 use datafusion::parquet::file::properties::WriterProperties;
 use datafusion::parquet::schema::types::ColumnPath;
 use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt, TryStreamExt};
 use object_store::ObjectStoreExt;
 use object_store::buffered::BufWriter;
+use tokio::io::AsyncWriteExt;
 
 use super::error::{FormatError, Result};
+use super::integrity::parquet_io::{PageChecksummer, VerifyingReader, format_error, load_verified};
+use super::integrity::units::{PAGE_CRC_KEY, UnitTable};
 use super::manifest::{DataFile, Fragment};
 use super::store::{TableDir, random_tag};
 
@@ -67,37 +76,71 @@ fn writer_properties(schema: &SchemaRef) -> WriterProperties {
 /// Target size of a Parquet data page.
 const PAGE_BYTES: usize = 64 * 1024;
 
-/// Parquet footers (with page indexes) of recently read data files. Data files are
-/// immutable and named uniquely, so an entry never goes stale; the map is bounded by count.
-static METADATA: LazyLock<Mutex<HashMap<String, ArrowReaderMetadata>>> =
-    LazyLock::new(Default::default);
+/// A data file opened for reading: its footer (with page indexes) and, when the manifest
+/// records a footer checksum, its verified checksum table.
+#[derive(Clone)]
+struct OpenedFile {
+    metadata: ArrowReaderMetadata,
+    units: Option<Arc<UnitTable>>,
+}
+
+/// Footers of recently read data files. Data files are immutable and named uniquely, so an
+/// entry never goes stale (the key holds the footer checksum too, so a file read once
+/// unverified through an old manifest entry is verified when read through a new one); the
+/// map is bounded by count.
+static METADATA: LazyLock<Mutex<HashMap<String, OpenedFile>>> = LazyLock::new(Default::default);
 const METADATA_ENTRIES: usize = 4096;
 
-#[allow(deprecated)]
-async fn reader_metadata(
-    reader: &mut ParquetObjectReader,
-    key: &str,
-) -> std::result::Result<ArrowReaderMetadata, ParquetError> {
-    if let Some(m) = METADATA.lock().expect("metadata cache").get(key) {
+async fn open_file(dir: &TableDir, file: &DataFile) -> Result<OpenedFile> {
+    let path = dir.path(&file.path);
+    let key = format!("{}:{}:{:?}", dir.store(), path, file.footer);
+    if let Some(m) = METADATA.lock().expect("metadata cache").get(&key) {
         return Ok(m.clone());
     }
-    let metadata =
-        ArrowReaderMetadata::load_async(reader, ArrowReaderOptions::new().with_page_index(true))
-            .await?;
+    let opened = match &file.footer {
+        Some(footer) => {
+            let (metadata, units) = load_verified(dir, &file.path, file.size_bytes, footer).await?;
+            OpenedFile {
+                metadata,
+                units: Some(units),
+            }
+        }
+        None => {
+            // Written before checksums: read as it is (see `integrity`).
+            #[allow(deprecated)]
+            let mut reader = ParquetObjectReader::new(dir.store().clone(), path.clone())
+                .with_file_size(file.size_bytes);
+            let metadata = ArrowReaderMetadata::load_async(
+                &mut reader,
+                ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::from(true)),
+            )
+            .await
+            .map_err(|e| format_error(path.as_ref(), e))?;
+            OpenedFile {
+                metadata,
+                units: None,
+            }
+        }
+    };
     let mut cache = METADATA.lock().expect("metadata cache");
     if cache.len() >= METADATA_ENTRIES {
         cache.clear();
     }
-    cache.insert(key.to_string(), metadata.clone());
-    Ok(metadata)
+    cache.insert(key, opened.clone());
+    Ok(opened)
 }
 
 /// Writes one Parquet file of rows in `schema`, returning it (with the rows written).
+///
+/// Parquet's synchronous writer encodes into memory; each flushed row group is uploaded and,
+/// while its bytes are still at hand, checksummed page by page (see [`super::integrity`]).
 struct FileWriter {
     dir: Arc<TableDir>,
     relative: String,
     columns: Vec<String>,
-    writer: AsyncArrowWriter<BufWriter>,
+    writer: ArrowWriter<Vec<u8>>,
+    object: BufWriter,
+    checksums: PageChecksummer,
     rows: u64,
 }
 
@@ -107,7 +150,7 @@ impl FileWriter {
         let path = dir.path(&relative);
         let object = BufWriter::new(dir.store().clone(), path.clone());
         let writer =
-            AsyncArrowWriter::try_new(object, schema.clone(), Some(writer_properties(schema)))
+            ArrowWriter::try_new(Vec::new(), schema.clone(), Some(writer_properties(schema)))
                 .map_err(|e| FormatError::Parquet {
                     path: path.to_string(),
                     source: e,
@@ -117,40 +160,83 @@ impl FileWriter {
             relative,
             columns: schema.fields().iter().map(|f| f.name().clone()).collect(),
             writer,
+            object,
+            checksums: PageChecksummer::new(path.as_ref()),
             rows: 0,
         })
     }
 
-    async fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        self.rows += batch.num_rows() as u64;
-        self.writer
-            .write(batch)
-            .await
-            .map_err(|e| FormatError::Parquet {
-                path: self.relative.clone(),
-                source: e,
-            })
+    fn parquet_err(&self, e: ParquetError) -> FormatError {
+        FormatError::Parquet {
+            path: self.relative.clone(),
+            source: e,
+        }
     }
 
-    async fn finish(self) -> Result<(DataFile, u64)> {
+    /// Uploads what the encoder produced (after pushing its buffered tail into memory) and
+    /// hands it to the checksummer.
+    async fn upload(&mut self) -> Result<()> {
         self.writer
-            .close()
-            .await
-            .map_err(|e| FormatError::Parquet {
-                path: self.relative.clone(),
-                source: e,
-            })?;
+            .sync()
+            .map_err(|e| self.parquet_err(ParquetError::External(Box::new(e))))?;
+        let bytes = Bytes::from(std::mem::take(self.writer.inner_mut()));
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.checksums.push(bytes.clone());
         let path = self.dir.path(&self.relative);
+        self.object
+            .put(bytes)
+            .await
+            .map_err(|e| FormatError::store(&path, e))
+    }
+
+    async fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        self.rows += batch.num_rows() as u64;
+        let before = self.writer.flushed_row_groups().len();
+        self.writer.write(batch).map_err(|e| self.parquet_err(e))?;
+        if self.writer.flushed_row_groups().len() != before {
+            self.upload().await?;
+            self.checksums.absorb(self.writer.flushed_row_groups())?;
+        }
+        Ok(())
+    }
+
+    async fn finish(mut self) -> Result<(DataFile, u64)> {
+        self.writer.flush().map_err(|e| self.parquet_err(e))?;
+        self.upload().await?;
+        self.checksums.absorb(self.writer.flushed_row_groups())?;
+        let footer_offset = self.checksums.written();
+        self.writer.append_key_value_metadata(KeyValue::new(
+            PAGE_CRC_KEY.to_string(),
+            self.checksums.page_table(),
+        ));
+        let metadata = self.writer.finish().map_err(|e| self.parquet_err(e))?;
+        self.upload().await?;
+        let path = self.dir.path(&self.relative);
+        self.object.shutdown().await.map_err(|e| FormatError::Io {
+            path: path.to_string(),
+            source: e,
+        })?;
+        let written = self.checksums.written();
+        let footer = self.checksums.finish(footer_offset, &metadata)?;
         let meta = self
             .dir
             .store()
             .head(&path)
             .await
             .map_err(|e| FormatError::store(&path, e))?;
+        if meta.size != written {
+            return Err(FormatError::corrupt(
+                &path,
+                format!("wrote {written} bytes, the store holds {}", meta.size),
+            ));
+        }
         let file = DataFile {
             path: self.relative,
             columns: self.columns,
             size_bytes: meta.size,
+            footer: Some(footer),
         };
         Ok((file, self.rows))
     }
@@ -413,16 +499,22 @@ fn read_file(
 ) -> BoxStream<'static, Result<RecordBatch>> {
     let open = async move {
         let path = dir.path(&file.path);
-        let perr = |e| FormatError::Parquet {
-            path: path.to_string(),
-            source: e,
-        };
+        let perr = |e| format_error(path.as_ref(), e);
+        let opened = open_file(&dir, &file).await?;
         #[allow(deprecated)]
-        let mut reader = ParquetObjectReader::new(dir.store().clone(), path.clone())
+        let object = ParquetObjectReader::new(dir.store().clone(), path.clone())
             .with_file_size(file.size_bytes);
-        let key = format!("{}:{}", dir.store(), path);
-        let metadata = reader_metadata(&mut reader, &key).await.map_err(perr)?;
-        let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata);
+        // Every range the decoder asks for is verified first when the file has checksums.
+        let reader: Box<dyn AsyncFileReader> = match opened.units {
+            Some(units) => Box::new(VerifyingReader::new(
+                object,
+                path.clone(),
+                units,
+                opened.metadata.metadata().clone(),
+            )),
+            None => Box::new(object),
+        };
+        let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, opened.metadata);
         let file_rows = builder.metadata().file_metadata().num_rows() as u64;
         if file_rows != expected_rows {
             return Err(FormatError::corrupt(
@@ -446,10 +538,7 @@ fn read_file(
         }
         let stream = builder.build().map_err(perr)?;
         let path_for_err = path.to_string();
-        Ok(stream.map_err(move |e| FormatError::Parquet {
-            path: path_for_err.clone(),
-            source: e,
-        }))
+        Ok(stream.map_err(move |e| format_error(&path_for_err, e)))
     };
     stream::once(open).try_flatten().boxed()
 }

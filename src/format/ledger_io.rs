@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::deletion;
 use super::error::{FormatError, Result};
+use super::integrity;
 use super::manifest::Manifest;
 use super::store::TableDir;
 use crate::ledger::{LedgerView, LoadedMapping, LoadedTransition, Mapping, OrderedRemap};
@@ -22,13 +23,19 @@ pub async fn load_ledger(dir: &TableDir, manifest: &Manifest) -> Result<LedgerVi
     let mut loaded = Vec::with_capacity(manifest.reuse_ledger.len());
     for t in &manifest.reuse_ledger {
         let mapping = match &t.mapping {
-            Mapping::OrderedCompaction { removed } => {
+            Mapping::OrderedCompaction {
+                removed,
+                removed_crc32c,
+            } => {
                 let mut bitmaps = Vec::with_capacity(removed.len());
-                for (source, file) in t.sources.iter().zip(removed) {
+                for (i, (source, file)) in t.sources.iter().zip(removed).enumerate() {
                     bitmaps.push(match file {
                         None => roaring::RoaringBitmap::new(),
                         Some(path) => {
                             let bytes = dir.read(path).await?;
+                            if let Some(Some(crc)) = removed_crc32c.get(i) {
+                                integrity::check(dir.path(path), "deletion file", &bytes, *crc)?;
+                            }
                             deletion::decode(
                                 &bytes,
                                 dir.path(path).as_ref(),

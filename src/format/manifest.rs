@@ -107,6 +107,19 @@ pub struct DataFile {
     pub path: String,
     pub columns: Vec<String>,
     pub size_bytes: u64,
+    /// Where the file's Parquet footer starts and its CRC32C; the footer holds a CRC32C of
+    /// every page (see [`super::integrity`]). Absent for files written before checksums
+    /// existed: those are read unverified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub footer: Option<FooterChecksum>,
+}
+
+/// The checksum of a data file's footer (page indexes, metadata with the page checksum
+/// table, trailer): bytes `offset..size_bytes`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FooterChecksum {
+    pub offset: u64,
+    pub crc32c: u32,
 }
 
 /// A roaring bitmap of deleted offsets of one fragment.
@@ -117,6 +130,10 @@ pub struct DeletionFile {
     pub deleted_rows: u64,
     /// The table version whose deletions this file extends (the commit's read version).
     pub read_version: u64,
+    /// CRC32C of the whole file; absent for files written before checksums existed (read
+    /// unverified).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crc32c: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -394,6 +411,14 @@ impl Manifest {
             let mut covered: BTreeMap<&str, usize> = BTreeMap::new();
             for file in &frag.files {
                 check_relative_path(&file.path)?;
+                if let Some(f) = &file.footer
+                    && (f.offset < 4 || f.offset >= file.size_bytes)
+                {
+                    return Err(format!(
+                        "fragment {id}: footer offset {} is outside its {}-byte file",
+                        f.offset, file.size_bytes
+                    ));
+                }
                 for c in &file.columns {
                     *covered.entry(c.as_str()).or_default() += 1;
                 }

@@ -5,6 +5,7 @@
 //!   on is written down there), [`index_meta`]: index definitions and segments in it;
 //! * [`fragment_io`]: Parquet fragments; [`deletion`]: deletion vectors; [`rowids`]: stable
 //!   row-id sequences; [`row_map_file`] and [`ledger_io`]: the files the reuse ledger needs;
+//! * [`integrity`]: the CRC32C checks of data, deletion, segment and row-map files;
 //! * [`commit`]: optimistic commits (pure conflict rules, rebase, one retry loop);
 //! * [`changes`]: DELETE / UPDATE / MERGE row changes turned into a transaction;
 //! * [`views`]: views stored in the database; [`vacuum`]: removing unreferenced files; [`introspect`]: the table's state as batches;
@@ -21,6 +22,7 @@ pub mod deletion;
 pub mod error;
 pub mod fragment_io;
 pub mod index_meta;
+pub mod integrity;
 pub mod introspect;
 pub mod ledger_io;
 pub mod manifest;

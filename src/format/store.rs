@@ -19,6 +19,7 @@ use roaring::RoaringBitmap;
 
 use super::deletion;
 use super::error::{FormatError, Result};
+use super::integrity;
 use super::manifest::{DeletionFile, Fragment, Manifest, TableProperties};
 
 pub(crate) const VERSIONS_DIR: &str = "_versions";
@@ -484,13 +485,17 @@ impl TableDir {
             .map_err(|e| FormatError::store(&path, e))
     }
 
-    /// Reads a fragment's deletion vector (empty if it has none).
+    /// Reads a fragment's deletion vector (empty if it has none), checked against the CRC32C
+    /// its manifest entry records (entries written before checksums have none).
     pub async fn read_deletions(&self, fragment: &Fragment) -> Result<RoaringBitmap> {
         let Some(file) = &fragment.deletion else {
             return Ok(RoaringBitmap::new());
         };
         let path = self.path(&file.path);
         let bytes = self.read(&file.path).await?;
+        if let Some(crc) = file.crc32c {
+            integrity::check(&path, "deletion file", &bytes, crc)?;
+        }
         deletion::decode(
             &bytes,
             path.as_ref(),
@@ -510,6 +515,7 @@ impl TableDir {
         let relative = format!("_deletions/{}-{}.del", fragment.id, random_tag());
         let path = self.path(&relative);
         let bytes = deletion::encode(fragment.id, fragment.physical_rows, deleted);
+        let crc32c = integrity::crc32c(&bytes);
         self.store
             .put(&path, PutPayload::from(bytes))
             .await
@@ -518,6 +524,7 @@ impl TableDir {
             path: relative,
             deleted_rows: deleted.len(),
             read_version,
+            crc32c: Some(crc32c),
         })
     }
 }

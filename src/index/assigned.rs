@@ -50,6 +50,9 @@ pub async fn assigned_partitions(
             .map_err(|e| FormatError::store(&path, e))?;
         let ownership = &owners[&segment.id];
         for (p, b) in bytes.iter().enumerate() {
+            footer
+                .verify_addrs(p, b)
+                .map_err(|e| FormatError::corrupt(&path, e))?;
             let addrs = decode_addrs(b);
             let moved = view
                 .translate(&addrs)

@@ -3,9 +3,15 @@
 //!
 //! Layout (little-endian): for each partition in order, its row addresses (`u64` each) then its
 //! payload (`dim` f32 per row for IVF_FLAT, `sub_vectors` code bytes per row for IVF_PQ); then a
-//! footer: magic `FVSEG001`, `u32` partitions, `u32` payload bytes per row, and per partition
-//! `u64` offset and `u64` rows; then `u64` footer length and the end magic `FVSEGEND`.
-//! Opening checks that the footer describes contiguous blocks that exactly fill the file.
+//! footer: magic `FVSEG002`, `u32` partitions, `u32` payload bytes per row, per partition
+//! `u64` offset, `u64` rows, `u32` CRC32C of its addresses and `u32` CRC32C of its payload,
+//! then `u32` CRC32C of the footer bytes before it; then `u64` footer length and the end
+//! magic `FVSEGEND`.
+//!
+//! Opening checks the footer's checksum and that it describes contiguous blocks that exactly
+//! fill the file; reading a partition (or only its addresses) checks the checksums of what
+//! was read, so a damaged segment is a `Corrupt` error naming the file, never a wrong
+//! neighbour. Format 1 (`FVSEG001`: no checksums, 16-byte entries) is still read, unverified.
 //!
 //! A segment's *coverage* (the fragments its file holds, `fragment_bitmap` in the manifest)
 //! and its *ownership* (the rows it may answer for, see [`super::ownership`]) are different
@@ -16,10 +22,15 @@ use std::ops::Range;
 use bytes::Bytes;
 use object_store::ObjectStoreExt;
 
+use crate::format::integrity::crc32c;
 use crate::format::{FormatError, Result, TableDir};
 
-const MAGIC: &[u8; 8] = b"FVSEG001";
+const MAGIC: &[u8; 8] = b"FVSEG002";
+/// Format 1, written before checksums: read unverified.
+const MAGIC_V1: &[u8; 8] = b"FVSEG001";
 const END_MAGIC: &[u8; 8] = b"FVSEGEND";
+/// Magic, partition count, row width.
+const FOOTER_HEAD: usize = 16;
 
 /// The rows of one partition of one segment.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -45,12 +56,21 @@ impl Partition {
     }
 }
 
+/// CRC32C of a partition's two byte blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionChecksum {
+    pub addrs: u32,
+    pub payload: u32,
+}
+
 /// Where each partition lives in a segment file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Footer {
     /// Payload bytes per row (`4 × dim` for flat vectors, `sub_vectors` for PQ codes).
     pub row_width: usize,
     pub partitions: Vec<(u64, u64)>,
+    /// One per partition; `None` for a format-1 file (no checksums).
+    pub checksums: Option<Vec<PartitionChecksum>>,
 }
 
 impl Footer {
@@ -68,6 +88,39 @@ impl Footer {
         let (offset, rows) = self.partitions[p];
         offset..offset + rows * 8
     }
+
+    /// Checks the bytes of [`addrs_range`](Self::addrs_range)`(p)`.
+    pub fn verify_addrs(&self, p: usize, bytes: &[u8]) -> std::result::Result<(), String> {
+        match &self.checksums {
+            None => Ok(()),
+            Some(sums) => check_block(p, "addresses", bytes, sums[p].addrs),
+        }
+    }
+
+    /// Checks the bytes of the whole partition `p` (addresses, then payload).
+    fn verify_partition(&self, p: usize, bytes: &[u8]) -> std::result::Result<(), String> {
+        let Some(sums) = &self.checksums else {
+            return Ok(());
+        };
+        let split = (self.partitions[p].1 * 8) as usize;
+        check_block(p, "addresses", &bytes[..split], sums[p].addrs)?;
+        check_block(p, "payload", &bytes[split..], sums[p].payload)
+    }
+}
+
+fn check_block(
+    p: usize,
+    what: &str,
+    bytes: &[u8],
+    expected: u32,
+) -> std::result::Result<(), String> {
+    let found = crc32c(bytes);
+    if found != expected {
+        return Err(format!(
+            "partition {p} {what}: CRC32C is {found:#010x}, the footer records {expected:#010x}"
+        ));
+    }
+    Ok(())
 }
 
 /// Decodes a partition's address bytes (see [`Footer::addrs_range`]).
@@ -83,45 +136,82 @@ pub fn encode(partitions: &[Partition], row_width: usize) -> Vec<u8> {
     let mut out = Vec::new();
     let mut index = Vec::with_capacity(partitions.len());
     for p in partitions {
-        index.push((out.len() as u64, p.len() as u64));
+        let start = out.len();
         for a in &p.addrs {
             out.extend_from_slice(&a.to_le_bytes());
         }
+        let payload = out.len();
         for v in &p.vectors {
             out.extend_from_slice(&v.to_le_bytes());
         }
         out.extend_from_slice(&p.codes);
+        let sums = PartitionChecksum {
+            addrs: crc32c(&out[start..payload]),
+            payload: crc32c(&out[payload..]),
+        };
+        index.push((start as u64, p.len() as u64, sums));
     }
     let footer_start = out.len();
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&(partitions.len() as u32).to_le_bytes());
     out.extend_from_slice(&(row_width as u32).to_le_bytes());
-    for (offset, rows) in index {
+    for (offset, rows, sums) in index {
         out.extend_from_slice(&offset.to_le_bytes());
         out.extend_from_slice(&rows.to_le_bytes());
+        out.extend_from_slice(&sums.addrs.to_le_bytes());
+        out.extend_from_slice(&sums.payload.to_le_bytes());
     }
+    let sum = crc32c(&out[footer_start..]);
+    out.extend_from_slice(&sum.to_le_bytes());
     let footer_len = (out.len() - footer_start) as u64;
     out.extend_from_slice(&footer_len.to_le_bytes());
     out.extend_from_slice(END_MAGIC);
     out
 }
 
+fn le_u32(bytes: &[u8]) -> u32 {
+    u32::from_le_bytes(bytes.try_into().expect("4"))
+}
+
+fn le_u64(bytes: &[u8]) -> u64 {
+    u64::from_le_bytes(bytes.try_into().expect("8"))
+}
+
 /// Decodes and checks a footer (`footer` excludes the trailing length and end magic).
 pub fn decode_footer(footer: &[u8], file_size: u64) -> std::result::Result<Footer, String> {
-    if footer.len() < 16 || &footer[..8] != MAGIC {
+    if footer.len() < FOOTER_HEAD {
         return Err("not a fragvec segment footer".into());
     }
-    let partitions = u32::from_le_bytes(footer[8..12].try_into().expect("4")) as usize;
-    let row_width = u32::from_le_bytes(footer[12..16].try_into().expect("4")) as usize;
-    if footer.len() != 16 + partitions * 16 {
+    let (entry, checked) = match &footer[..8] {
+        m if m == MAGIC => (24, true),
+        m if m == MAGIC_V1 => (16, false),
+        _ => return Err("not a fragvec segment footer".into()),
+    };
+    let partitions = le_u32(&footer[8..12]) as usize;
+    let row_width = le_u32(&footer[12..16]) as usize;
+    let entries_end = partitions
+        .checked_mul(entry)
+        .and_then(|n| n.checked_add(FOOTER_HEAD))
+        .ok_or("footer length does not match its partition count")?;
+    if footer.len() != entries_end + if checked { 4 } else { 0 } {
         return Err("footer length does not match its partition count".into());
     }
+    if checked {
+        let stored = le_u32(&footer[entries_end..]);
+        let found = crc32c(&footer[..entries_end]);
+        if stored != found {
+            return Err(format!(
+                "footer CRC32C is {found:#010x}, the footer records {stored:#010x}"
+            ));
+        }
+    }
     let mut index = Vec::with_capacity(partitions);
+    let mut sums = Vec::with_capacity(if checked { partitions } else { 0 });
     let mut expected = 0u64;
     for p in 0..partitions {
-        let at = 16 + p * 16;
-        let offset = u64::from_le_bytes(footer[at..at + 8].try_into().expect("8"));
-        let rows = u64::from_le_bytes(footer[at + 8..at + 16].try_into().expect("8"));
+        let at = FOOTER_HEAD + p * entry;
+        let offset = le_u64(&footer[at..at + 8]);
+        let rows = le_u64(&footer[at + 8..at + 16]);
         if offset != expected {
             return Err(format!(
                 "partition {p} starts at {offset}, expected {expected}"
@@ -132,6 +222,12 @@ pub fn decode_footer(footer: &[u8], file_size: u64) -> std::result::Result<Foote
             .and_then(|b| b.checked_add(offset))
             .ok_or("partition sizes overflow")?;
         index.push((offset, rows));
+        if checked {
+            sums.push(PartitionChecksum {
+                addrs: le_u32(&footer[at + 16..at + 20]),
+                payload: le_u32(&footer[at + 20..at + 24]),
+            });
+        }
     }
     if expected.checked_add(footer.len() as u64 + 16) != Some(file_size) {
         return Err("partitions and footer do not fill the file exactly".into());
@@ -139,6 +235,7 @@ pub fn decode_footer(footer: &[u8], file_size: u64) -> std::result::Result<Foote
     Ok(Footer {
         row_width,
         partitions: index,
+        checksums: checked.then_some(sums),
     })
 }
 
@@ -194,7 +291,7 @@ pub async fn read_footer(dir: &TableDir, file: &str, size: u64) -> Result<Footer
     decode_footer(&bytes, size).map_err(corrupt)
 }
 
-/// Reads and decodes partition `p` of a segment file (one range read).
+/// Reads, verifies and decodes partition `p` of a segment file (one range read).
 pub async fn read_partition(
     dir: &TableDir,
     file: &str,
@@ -212,6 +309,15 @@ pub async fn read_partition(
         .get_range(&path, footer.range(p))
         .await
         .map_err(|e| FormatError::store(&path, e))?;
+    if bytes.len() as u64 != footer.range(p).end - footer.range(p).start {
+        return Err(FormatError::corrupt(
+            &path,
+            format!("partition {p} is truncated"),
+        ));
+    }
+    footer
+        .verify_partition(p, &bytes)
+        .map_err(|e| FormatError::corrupt(&path, e))?;
     Ok(decode_partition(&bytes, rows, footer.row_width, pq))
 }
 
@@ -243,22 +349,81 @@ mod tests {
         (&bytes[n - 16 - footer_len..n - 16], n as u64)
     }
 
+    /// A format-1 file (no checksums), as builds before checksums wrote them.
+    fn encode_v1(partitions: &[Partition], row_width: usize) -> Vec<u8> {
+        let v2 = encode(partitions, row_width);
+        let (footer, _) = split(&v2);
+        let data_len = v2.len() - 16 - footer.len();
+        let mut out = v2[..data_len].to_vec();
+        let start = out.len();
+        out.extend_from_slice(MAGIC_V1);
+        out.extend_from_slice(&footer[8..16]);
+        for p in 0..partitions.len() {
+            let at = FOOTER_HEAD + p * 24;
+            out.extend_from_slice(&footer[at..at + 16]);
+        }
+        let footer_len = (out.len() - start) as u64;
+        out.extend_from_slice(&footer_len.to_le_bytes());
+        out.extend_from_slice(END_MAGIC);
+        out
+    }
+
+    /// Decodes every partition of a whole file the way the readers do (footer, then each
+    /// partition verified), or the first error.
+    fn read_all(bytes: &[u8], pq: bool) -> std::result::Result<Vec<Partition>, String> {
+        let footer = footer_of(bytes).ok_or("no footer")?;
+        let footer = decode_footer(footer, bytes.len() as u64)?;
+        (0..footer.partitions.len())
+            .map(|p| {
+                let r = footer.range(p);
+                let b = &bytes[r.start as usize..r.end as usize];
+                footer.verify_partition(p, b)?;
+                let a = footer.addrs_range(p);
+                footer.verify_addrs(p, &bytes[a.start as usize..a.end as usize])?;
+                Ok(decode_partition(
+                    b,
+                    footer.partitions[p].1 as usize,
+                    footer.row_width,
+                    pq,
+                ))
+            })
+            .collect()
+    }
+
     #[test]
     fn partitions_round_trip() {
         let bytes = encode(&parts(), 8);
         let (footer, size) = split(&bytes);
         let footer = decode_footer(footer, size).unwrap();
         assert_eq!(footer.rows(), 3);
-        for (p, expected) in parts().iter().enumerate() {
-            let r = footer.range(p);
-            let got = decode_partition(
-                &bytes[r.start as usize..r.end as usize],
-                expected.len(),
-                8,
-                false,
-            );
-            assert_eq!(&got, expected);
+        assert_eq!(footer.checksums.as_ref().map(Vec::len), Some(3));
+        assert_eq!(read_all(&bytes, false).unwrap(), parts());
+    }
+
+    #[test]
+    fn format_1_files_are_read_unverified() {
+        let bytes = encode_v1(&parts(), 8);
+        let (footer, size) = split(&bytes);
+        assert_eq!(decode_footer(footer, size).unwrap().checksums, None);
+        assert_eq!(read_all(&bytes, false).unwrap(), parts());
+    }
+
+    #[test]
+    fn a_flipped_bit_in_a_partition_is_named_not_decoded() {
+        let clean = encode(&parts(), 8);
+        // Partition 0: addresses at 0..16, vectors at 16..32.
+        for (at, what) in [(3, "partition 0 addresses"), (20, "partition 0 payload")] {
+            let mut bytes = clean.clone();
+            bytes[at] ^= 0x04;
+            let e = read_all(&bytes, false).unwrap_err();
+            assert!(e.contains(what), "{e}");
         }
+        let mut bytes = clean.clone();
+        let (footer, _) = split(&clean);
+        let at = clean.len() - 16 - footer.len() + 18; // partition 0's row count
+        bytes[at] ^= 0x01;
+        let e = read_all(&bytes, false).unwrap_err();
+        assert!(e.contains("footer CRC32C"), "{e}");
     }
 
     /// The footer bytes of a whole file, checked the way [`read_footer`] checks them.
@@ -296,9 +461,8 @@ mod tests {
         }
     }
 
-    fn valid_file() -> impl Strategy<Value = (Vec<u8>, bool)> {
+    fn valid_parts() -> impl Strategy<Value = (Vec<Partition>, bool)> {
         (any::<bool>(), prop::collection::vec(0usize..4, 0..5)).prop_map(|(pq, sizes)| {
-            let width = if pq { 3 } else { 8 };
             let parts: Vec<Partition> = sizes
                 .iter()
                 .enumerate()
@@ -308,20 +472,29 @@ mod tests {
                     vectors: if pq { vec![] } else { vec![p as f32; n * 2] },
                 })
                 .collect();
-            (encode(&parts, width), pq)
+            (parts, pq)
         })
+    }
+
+    fn width(pq: bool) -> usize {
+        if pq { 3 } else { 8 }
     }
 
     #[test]
     fn huge_row_counts_are_refused_not_overflowed() {
         // One partition of u64::MAX / 8 rows of width 0: its end plus the footer overflows.
-        let mut footer = MAGIC.to_vec();
+        let mut footer = MAGIC_V1.to_vec();
         footer.extend_from_slice(&1u32.to_le_bytes());
         footer.extend_from_slice(&0u32.to_le_bytes());
         footer.extend_from_slice(&0u64.to_le_bytes());
         footer.extend_from_slice(&(u64::MAX / 8).to_le_bytes());
         let e = decode_footer(&footer, 48).unwrap_err();
         assert!(e.contains("do not fill the file"), "{e}");
+        // A partition count whose entries overflow usize arithmetic.
+        let mut footer = MAGIC.to_vec();
+        footer.extend_from_slice(&u32::MAX.to_le_bytes());
+        footer.extend_from_slice(&0u32.to_le_bytes());
+        assert!(decode_footer(&footer, 48).is_err());
     }
 
     proptest! {
@@ -329,41 +502,66 @@ mod tests {
 
         #[test]
         fn prop_decode_footer_never_panics_on_arbitrary_bytes(
-            magic in any::<bool>(),
+            magic in 0u8..3,
             rest in prop::collection::vec(any::<u8>(), 0..200),
             size in prop_oneof![any::<u64>(), 0u64..400],
         ) {
-            let mut footer = if magic { MAGIC.to_vec() } else { vec![] };
+            let mut footer = match magic {
+                0 => vec![],
+                1 => MAGIC.to_vec(),
+                _ => MAGIC_V1.to_vec(),
+            };
             footer.extend_from_slice(&rest);
             if let Ok(f) = decode_footer(&footer, size) {
-                prop_assert_eq!(f.partitions.len() * 16 + 16, footer.len());
+                let entry = if f.checksums.is_some() { 24 } else { 16 };
+                let tail = if f.checksums.is_some() { 4 } else { 0 };
+                prop_assert_eq!(f.partitions.len() * entry + 16 + tail, footer.len());
             }
             decode_addrs(&rest);
             let mut file = rest.clone();
             file.extend_from_slice(END_MAGIC);
-            check_file(&rest, magic);
-            check_file(&file, magic);
+            check_file(&rest, magic == 1);
+            check_file(&file, magic == 1);
         }
 
         #[test]
         fn prop_decode_footer_never_panics_on_mutated_valid_input(
-            (bytes, pq) in valid_file().prop_flat_map(|(v, pq)| (mutated(v), Just(pq))),
+            (bytes, pq) in valid_parts().prop_flat_map(|(parts, pq)| {
+                let v1 = encode_v1(&parts, width(pq));
+                let v2 = encode(&parts, width(pq));
+                (prop_oneof![mutated(v1), mutated(v2)], Just(pq))
+            }),
         ) {
             check_file(&bytes, pq);
+        }
+
+        /// A damaged format-2 segment reads back exactly as written or fails: never
+        /// different addresses or vectors (which would be a silently wrong KNN answer).
+        #[test]
+        fn prop_mutated_segments_read_back_exactly_or_fail(
+            (parts, pq, bytes) in valid_parts().prop_flat_map(|(parts, pq)| {
+                let v2 = encode(&parts, width(pq));
+                (Just(parts), Just(pq), mutated(v2))
+            }),
+        ) {
+            if let Ok(read) = read_all(&bytes, pq) {
+                prop_assert_eq!(read, parts);
+            }
         }
     }
 
     #[test]
     fn damaged_footers_are_refused() {
-        let bytes = encode(&parts(), 8);
-        let (footer, size) = split(&bytes);
-        assert!(decode_footer(footer, size + 1).is_err());
-        let mut bad = footer.to_vec();
-        bad[16] = 7; // first partition offset
-        assert!(decode_footer(&bad, size).is_err());
-        assert!(decode_footer(&footer[..footer.len() - 1], size).is_err());
-        let mut bad = footer.to_vec();
-        bad[0] = b'x';
-        assert!(decode_footer(&bad, size).is_err());
+        for bytes in [encode(&parts(), 8), encode_v1(&parts(), 8)] {
+            let (footer, size) = split(&bytes);
+            assert!(decode_footer(footer, size + 1).is_err());
+            let mut bad = footer.to_vec();
+            bad[16] = 7; // first partition offset
+            assert!(decode_footer(&bad, size).is_err());
+            assert!(decode_footer(&footer[..footer.len() - 1], size).is_err());
+            let mut bad = footer.to_vec();
+            bad[0] = b'x';
+            assert!(decode_footer(&bad, size).is_err());
+        }
     }
 }

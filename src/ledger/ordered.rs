@@ -267,6 +267,7 @@ mod tests {
                     .iter()
                     .map(|(f, _, d)| (!d.is_empty()).then(|| format!("del/{f}")))
                     .collect(),
+                removed_crc32c: vec![],
             },
         };
         let removed = sources

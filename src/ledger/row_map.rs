@@ -73,7 +73,8 @@
 //! packing raw labels and a block feeding one destination stores no label bits at all.
 //!
 //! Readers reject an unknown version, representation, or block flag by name. Both the
-//! footer and every block carry a checksum, and decoding a block also checks its live row
+//! footer and every block carry a checksum (CRC32C from version 2; version 1 files, whose
+//! digest was home-made, are still read with it), and decoding a block also checks its live row
 //! count and per-label counts against the counts matrix, so corruption fails loudly
 //! instead of translating rows to wrong places.
 //!
@@ -97,8 +98,11 @@ pub use writer::{RowMapWriter, SourceRows};
 
 /// First and last four bytes of a row-map file.
 pub const FILE_MAGIC: [u8; 4] = *b"FVRM";
-/// The format version this code writes and reads.
-pub const FORMAT_VERSION: u16 = 1;
+/// The format version this code writes (and the newest it reads). Version 2 checksums with
+/// CRC32C; version 1 used a home-made 32-bit digest and is still read.
+pub const FORMAT_VERSION: u16 = 2;
+/// The oldest format version this code reads.
+pub const OLDEST_READABLE_VERSION: u16 = 1;
 /// Representation tag: labels in blocks plus a counts matrix (the only one so far).
 pub const REPR_BLOCKED_LABELS: u16 = 0;
 /// Magic, version and representation; blocks start right after.
@@ -190,7 +194,7 @@ pub enum RowMapError {
     #[error("row map {what}: bad magic {found:02x?}, expected \"FVRM\"")]
     BadMagic { what: &'static str, found: [u8; 4] },
     #[error(
-        "row map: format version {found} is not supported (this reader knows version {supported})"
+        "row map: format version {found} is not supported (this reader knows versions 1 to {supported})"
     )]
     UnsupportedVersion { found: u16, supported: u16 },
     #[error(

@@ -31,7 +31,13 @@ pub enum Mapping {
     /// Row order is kept: the surviving rows of the sources, in source order, fill the
     /// destinations in order. `removed[i]` is the deletion file of source `i` as the rewrite
     /// read it (`None`: no row removed); its rows are the ones that did not move.
-    OrderedCompaction { removed: Vec<Option<String>> },
+    /// `removed_crc32c[i]` is that file's CRC32C when the source's manifest entry recorded
+    /// one (empty for transitions written before checksums; such files are read unverified).
+    OrderedCompaction {
+        removed: Vec<Option<String>>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        removed_crc32c: Vec<Option<u32>>,
+    },
     /// A stable partition: one label per physical source row in a row-map file.
     StablePartition { row_map: String, size_bytes: u64 },
 }
@@ -47,7 +53,7 @@ impl Mapping {
     /// Files the mapping needs (kept by VACUUM while the transition is in the ledger).
     pub fn files(&self) -> Vec<&str> {
         match self {
-            Mapping::OrderedCompaction { removed } => {
+            Mapping::OrderedCompaction { removed, .. } => {
                 removed.iter().flatten().map(String::as_str).collect()
             }
             Mapping::StablePartition { row_map, .. } => vec![row_map.as_str()],
@@ -108,16 +114,31 @@ impl Transition {
                 "{moved} live source rows but {landed} destination rows"
             )));
         }
-        if let Mapping::OrderedCompaction { removed } = &self.mapping
-            && removed.len() != self.sources.len()
+        if let Mapping::OrderedCompaction {
+            removed,
+            removed_crc32c,
+        } = &self.mapping
         {
-            return Err(bad(format!(
-                "{} removed-row entries for {} sources",
-                removed.len(),
-                self.sources.len()
-            )));
+            if removed.len() != self.sources.len() {
+                return Err(bad(format!(
+                    "{} removed-row entries for {} sources",
+                    removed.len(),
+                    self.sources.len()
+                )));
+            }
+            if !removed_crc32c.is_empty()
+                && (removed_crc32c.len() != removed.len()
+                    || removed_crc32c
+                        .iter()
+                        .zip(removed)
+                        .any(|(crc, file)| crc.is_some() && file.is_none()))
+            {
+                return Err(bad(
+                    "removed-row checksums do not match the removed-row files".into(),
+                ));
+            }
         }
-        if let Mapping::OrderedCompaction { removed } = &self.mapping {
+        if let Mapping::OrderedCompaction { removed, .. } = &self.mapping {
             for (s, file) in self.sources.iter().zip(removed) {
                 if file.is_none() != (s.deleted_rows == 0) {
                     return Err(bad(format!(
@@ -255,6 +276,7 @@ pub(crate) mod tests {
             destinations: dests.iter().map(|&(f, r)| digest(f, r, 0)).collect(),
             mapping: Mapping::OrderedCompaction {
                 removed: vec![None; sources.len()],
+                removed_crc32c: vec![],
             },
         }
     }
@@ -306,7 +328,10 @@ pub(crate) mod tests {
         let own = vec![ordered(1, &[(1, 5)], &[(1, 5)])];
         assert!(validate(&own).is_err());
         let mut wrong_arity = ordered(1, &[(1, 5)], &[(2, 5)]);
-        wrong_arity.mapping = Mapping::OrderedCompaction { removed: vec![] };
+        wrong_arity.mapping = Mapping::OrderedCompaction {
+            removed: vec![],
+            removed_crc32c: vec![],
+        };
         assert!(validate(&[wrong_arity]).is_err());
     }
 

@@ -270,6 +270,7 @@ mod tests {
             path: format!("data/{name}.parquet"),
             columns: vec!["id".into()],
             size_bytes: 1,
+            footer: None,
         }
     }
 

@@ -25,6 +25,7 @@ pub(super) fn append(rows: u64, name: &str) -> NewFragment {
                 path: format!("data/{name}.parquet"),
                 columns: vec!["id".into()],
                 size_bytes: 10,
+                footer: None,
             }],
             physical_rows: rows,
         },

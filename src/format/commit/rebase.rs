@@ -379,6 +379,7 @@ mod tests {
             path: "data/new.parquet".into(),
             columns: vec!["id".into()],
             size_bytes: 1,
+            footer: None,
         };
         t2.column_rewrites.insert(0, file.clone());
         let m3 = apply(&m2, &t2, &BTreeMap::new(), "y".into()).unwrap();
@@ -411,6 +412,7 @@ mod tests {
                 path: "data/n.parquet".into(),
                 columns: vec!["id".into()],
                 size_bytes: 1,
+                footer: None,
             },
         );
         let m2 = apply(&m, &rewrite, &BTreeMap::new(), "y".into()).unwrap();
@@ -426,6 +428,7 @@ mod tests {
                 path: "data/o.parquet".into(),
                 columns: vec!["id".into()],
                 size_bytes: 1,
+                footer: None,
             },
         );
         let m4 = apply(&m3, &again, &BTreeMap::new(), "w".into()).unwrap();

@@ -120,6 +120,14 @@ impl Rewrite {
                     .iter()
                     .map(|d| d.as_ref().map(|d| d.path.clone()))
                     .collect(),
+                removed_crc32c: if self.removed.iter().flatten().any(|d| d.crc32c.is_some()) {
+                    self.removed
+                        .iter()
+                        .map(|d| d.as_ref().and_then(|d| d.crc32c))
+                        .collect()
+                } else {
+                    vec![]
+                },
             },
             Some(r) => Mapping::StablePartition {
                 row_map: r.path.clone(),

@@ -4,10 +4,10 @@
 use std::ops::Range;
 
 use super::block::{BlockLabels, Placement, SweepTranslator, translate_sorted};
-use super::codec::{Reader, checksum, decode_block, decode_block_counts};
+use super::codec::{Digest, Reader, decode_block, decode_block_counts};
 use super::{
-    CountsMatrix, FILE_MAGIC, FORMAT_VERSION, HEADER_LEN, MAX_DESTINATIONS, REPR_BLOCKED_LABELS,
-    Result, RowMapError, TAIL_READ_HINT, TRAILER_LEN,
+    CountsMatrix, FILE_MAGIC, FORMAT_VERSION, HEADER_LEN, MAX_DESTINATIONS,
+    OLDEST_READABLE_VERSION, REPR_BLOCKED_LABELS, Result, RowMapError, TAIL_READ_HINT, TRAILER_LEN,
 };
 
 /// The decoded footer: what a reader keeps in memory for the life of the map.
@@ -17,6 +17,8 @@ pub struct RowMapFooter {
     /// Start of every block, plus the footer's start at the end.
     block_offsets: Vec<u64>,
     block_checksums: Vec<u32>,
+    /// The checksum the file's format version uses.
+    digest: Digest,
     file_len: u64,
 }
 
@@ -85,8 +87,8 @@ impl RowMapFooter {
         let mut r = Reader::new(body, "footer");
         // Version and representation come before the checksum check so a file from a
         // newer writer is reported as such, not as corruption.
-        check_identity(&mut r, "footer")?;
-        let found_sum = checksum(body);
+        let digest = Digest::of_version(check_identity(&mut r, "footer")?);
+        let found_sum = digest.sum(body);
         if found_sum != stored_sum {
             return Err(RowMapError::FooterChecksum {
                 expected: stored_sum,
@@ -173,6 +175,7 @@ impl RowMapFooter {
             counts,
             block_offsets,
             block_checksums,
+            digest,
             file_len,
         })
     }
@@ -241,7 +244,7 @@ impl RowMapFooter {
                 found: bytes.len() as u64,
             });
         }
-        let found = checksum(bytes);
+        let found = self.digest.sum(bytes);
         if found != self.block_checksums[b] {
             return Err(RowMapError::BlockChecksum {
                 block: b,
@@ -294,17 +297,18 @@ impl RowMapFooter {
 
 /// Checks the first bytes of a row-map file (magic, version, representation).
 pub fn check_header(head: &[u8]) -> Result<()> {
-    check_identity(&mut Reader::new(head, "header"), "header")
+    check_identity(&mut Reader::new(head, "header"), "header").map(drop)
 }
 
-/// Magic, version and representation tag, as the header and the footer both start.
-fn check_identity(r: &mut Reader<'_>, what: &'static str) -> Result<()> {
+/// Magic, version and representation tag, as the header and the footer both start; returns
+/// the version (format 1 files, with the older digest, stay readable).
+fn check_identity(r: &mut Reader<'_>, what: &'static str) -> Result<u16> {
     let magic = r.magic("magic")?;
     if magic != FILE_MAGIC {
         return Err(RowMapError::BadMagic { what, found: magic });
     }
     let version = r.u16("version")?;
-    if version != FORMAT_VERSION {
+    if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&version) {
         return Err(RowMapError::UnsupportedVersion {
             found: version,
             supported: FORMAT_VERSION,
@@ -317,5 +321,5 @@ fn check_identity(r: &mut Reader<'_>, what: &'static str) -> Result<()> {
             supported: REPR_BLOCKED_LABELS,
         });
     }
-    Ok(())
+    Ok(version)
 }

@@ -588,17 +588,19 @@ fn decoder_rejects_bad_magic_version_and_tag() {
         RowMapFooter::decode(&b, len as u64),
         Err(RowMapError::BadMagic { what: "footer", .. })
     ));
-    let mut b = bytes.clone();
-    b[at + 4] = 2;
-    let e = RowMapFooter::decode(&b, len as u64).unwrap_err();
-    assert_eq!(
-        e,
-        RowMapError::UnsupportedVersion {
-            found: 2,
-            supported: 1
-        }
-    );
-    assert!(e.to_string().contains("version 2"), "{e}");
+    for version in [0u8, 3] {
+        let mut b = bytes.clone();
+        b[at + 4] = version;
+        let e = RowMapFooter::decode(&b, len as u64).unwrap_err();
+        assert_eq!(
+            e,
+            RowMapError::UnsupportedVersion {
+                found: u16::from(version),
+                supported: 2
+            }
+        );
+        assert!(e.to_string().contains(&format!("version {version}")), "{e}");
+    }
     let mut b = bytes.clone();
     b[at + 6] = 7;
     let e = RowMapFooter::decode(&b, len as u64).unwrap_err();
@@ -717,6 +719,9 @@ fn with_footer(template: &[u8], edit: impl FnOnce(&mut FooterParts<'_>)) -> Vec<
     let sums: Vec<u32> = (0..footer.num_blocks())
         .map(|b| super::codec::checksum(block_bytes(&footer, template, b)))
         .collect();
+    let legacy_sums: Vec<u32> = (0..footer.num_blocks())
+        .map(|b| super::codec::legacy_digest(block_bytes(&footer, template, b)))
+        .collect();
     let totals = counts.totals().to_vec();
     let mut parts = FooterParts {
         version: FORMAT_VERSION,
@@ -731,9 +736,48 @@ fn with_footer(template: &[u8], edit: impl FnOnce(&mut FooterParts<'_>)) -> Vec<
         block_checksums: &sums,
     };
     edit(&mut parts);
+    if parts.version == 1 && std::ptr::eq(parts.block_checksums, sums.as_slice()) {
+        parts.block_checksums = &legacy_sums;
+    }
     let mut out = template[..footer_start(template)].to_vec();
     parts.append_to(&mut out);
     out
+}
+
+/// Format 1 files (the home-made digest, before CRC32C) stay readable and still catch a
+/// damaged block.
+#[test]
+fn version_1_files_are_read_with_their_digest() {
+    let v2 = sample_file();
+    let mut template = v2.clone();
+    template[4..6].copy_from_slice(&1u16.to_le_bytes());
+    let v1 = with_footer(&template, |p| p.version = 1);
+    check_header(&v1).unwrap();
+    let (old, new) = (open(&v1), open(&v2));
+    assert_eq!(old.counts(), new.counts());
+    for b in 0..new.num_blocks() {
+        let bytes = block_bytes(&old, &v1, b);
+        assert_eq!(
+            old.decode_block(b, bytes).unwrap(),
+            new.decode_block(b, block_bytes(&new, &v2, b)).unwrap()
+        );
+        let mut bad = bytes.to_vec();
+        bad[0] ^= 0x80;
+        assert!(matches!(
+            old.decode_block(b, &bad),
+            Err(RowMapError::BlockChecksum { .. })
+        ));
+    }
+    // A version-1 footer sealed with CRC32C is refused: the digest follows the version.
+    let mut wrong = v1.clone();
+    let n = wrong.len();
+    let footer_len = u64::from_le_bytes(wrong[n - 16..n - 8].try_into().unwrap()) as usize;
+    let sum = super::codec::checksum(&wrong[n - 16 - footer_len..n - 16]);
+    wrong[n - 8..n - 4].copy_from_slice(&sum.to_le_bytes());
+    assert!(matches!(
+        RowMapFooter::decode(&wrong, n as u64),
+        Err(RowMapError::FooterChecksum { .. })
+    ));
 }
 
 #[test]

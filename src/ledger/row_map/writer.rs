@@ -1,7 +1,7 @@
 //! [`RowMapWriter`]: builds a row-map file from the labels of live rows. The layout is
 //! described in the parent module.
 
-use super::codec::{checksum, encode_block, encode_block_counts, put_varint};
+use super::codec::{Digest, checksum, encode_block, encode_block_counts, put_varint};
 use super::{
     CountsMatrix, FILE_MAGIC, FORMAT_VERSION, MAX_DESTINATIONS, REPR_BLOCKED_LABELS, Result,
     RowMapError,
@@ -327,7 +327,7 @@ impl FooterParts<'_> {
             out.extend_from_slice(&c.to_le_bytes());
         }
         let footer_len = (out.len() - start) as u64;
-        let sum = checksum(&out[start..]);
+        let sum = Digest::of_version(self.version).sum(&out[start..]);
         out.extend_from_slice(&footer_len.to_le_bytes());
         out.extend_from_slice(&sum.to_le_bytes());
         out.extend_from_slice(&FILE_MAGIC);

@@ -173,6 +173,7 @@ fn txn(op: Op, m: &Manifest, (g, r): (u64, u32), name: &str) -> Transaction {
                 path: format!("data/{name}-{f}.parquet"),
                 columns: vec!["id".into()],
                 size_bytes: 1,
+                footer: None,
             };
             t.column_rewrites.insert(f, file);
             t.updated_in_place.insert(f, rows.clone());
@@ -271,6 +272,7 @@ fn deletion_files(
                 path: format!("_deletions/{name}-{f}.bin"),
                 deleted_rows: (&before | rows).len(),
                 read_version: t.read_version,
+                crc32c: None,
             };
             (*f, file)
         })
