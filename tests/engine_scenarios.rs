@@ -7,6 +7,10 @@ use datafusion::arrow::datatypes::Int64Type;
 
 use fragvec::engine::FragvecSession;
 
+#[macro_use]
+mod support;
+use support::Location;
+
 async fn ids_and_values(s: &FragvecSession) -> Vec<(i64, i64)> {
     let r = s.sql_one("SELECT id, v FROM t ORDER BY id").await.unwrap();
     let mut out = Vec::new();
@@ -18,10 +22,9 @@ async fn ids_and_values(s: &FragvecSession) -> Vec<(i64, i64)> {
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_inserts_from_two_sessions_all_land() {
-    let tmp = tempfile::tempdir().unwrap();
-    let loc = tmp.path().to_str().unwrap().to_string();
+on_local_and_s3!(concurrent_inserts_from_two_sessions_all_land);
+async fn concurrent_inserts_from_two_sessions_all_land(db: Location) {
+    let loc = db.url().to_string();
     let a = FragvecSession::open(&loc).await.unwrap();
     a.sql("CREATE TABLE t (id BIGINT, v BIGINT)").await.unwrap();
     let b = FragvecSession::open(&loc).await.unwrap();
@@ -43,11 +46,10 @@ async fn concurrent_inserts_from_two_sessions_all_land() {
     assert_eq!(rows, expected);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn racing_delete_and_update_never_resurrect_or_lose_rows() {
+on_local_and_s3!(racing_delete_and_update_never_resurrect_or_lose_rows);
+async fn racing_delete_and_update_never_resurrect_or_lose_rows(db: Location) {
     for mode in ["rewrite_rows", "rewrite_columns"] {
-        let tmp = tempfile::tempdir().unwrap();
-        let loc = tmp.path().to_str().unwrap().to_string();
+        let loc = db.child(mode);
         let a = FragvecSession::open(&loc).await.unwrap();
         a.sql("CREATE TABLE t (id BIGINT, v BIGINT) WITH (max_rows_per_fragment = 16)")
             .await
@@ -73,11 +75,10 @@ async fn racing_delete_and_update_never_resurrect_or_lose_rows() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn corrupt_index_files_are_clear_errors_not_panics() {
+on_local_and_s3!(corrupt_index_files_are_clear_errors_not_panics);
+async fn corrupt_index_files_are_clear_errors_not_panics(db: Location) {
     use object_store::{ObjectStoreExt, PutPayload};
-    let tmp = tempfile::tempdir().unwrap();
-    let loc = tmp.path().to_str().unwrap().to_string();
+    let loc = db.url().to_string();
     let s = FragvecSession::open(&loc).await.unwrap();
     s.sql(
         "CREATE TABLE t (id BIGINT, v VECTOR(2)); \
@@ -357,14 +358,14 @@ async fn random_rewrites_keep_knn_equal_to_exact() {
     }
 }
 
+on_local_and_s3!(compaction_races_dml_and_other_compactions);
 /// COMPACT racing DML: rows deleted after the compaction read its sources stay deleted in the
 /// outputs; an in-place rewrite of a source makes the compaction retry; two compactions of
 /// disjoint fragments both commit and both land in the ledger.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn compaction_races_dml_and_other_compactions() {
+async fn compaction_races_dml_and_other_compactions(db: Location) {
     use fragvec::rewrite::compact::{execute, plan};
     use fragvec::rewrite::plan::CompactionOptions;
-    let (_tmp, s) = scratch_session().await;
+    let s = FragvecSession::open(db.url()).await.unwrap();
     s.sql("CREATE TABLE t (id BIGINT, v VECTOR(2))")
         .await
         .unwrap();
@@ -434,10 +435,10 @@ async fn compaction_races_dml_and_other_compactions() {
     );
 }
 
+on_local_and_s3!(vacuum_keeps_what_retained_versions_need);
 /// VACUUM removes files no retained version needs and keeps everything the latest needs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn vacuum_keeps_what_retained_versions_need() {
-    let (tmp, s) = scratch_session().await;
+async fn vacuum_keeps_what_retained_versions_need(db: Location) {
+    let s = FragvecSession::open(db.url()).await.unwrap();
     s.sql(
         "CREATE TABLE t (id BIGINT, v VECTOR(2)); \
          INSERT INTO t SELECT value, [value, 0] FROM generate_series(0, 9); \
@@ -463,9 +464,7 @@ async fn vacuum_keeps_what_retained_versions_need() {
     let r = s.sql_one("VACUUM t RETAIN 1 VERSIONS").await.unwrap();
     assert!(removed(&r, 0) >= 5, "versions removed: {}", removed(&r, 0));
     assert!(removed(&r, 1) > 0, "files removed: {}", removed(&r, 1));
-    let fresh = FragvecSession::open(tmp.path().to_str().unwrap())
-        .await
-        .unwrap();
+    let fresh = FragvecSession::open(db.url()).await.unwrap();
     assert_eq!(scan(&fresh, q).await, before);
     // The translated segment still works: its ledger's removed-row file was kept.
     let explain = fresh.sql_one(&format!("EXPLAIN {q}")).await.unwrap();
@@ -481,14 +480,13 @@ async fn vacuum_keeps_what_retained_versions_need() {
     assert!(fresh.sql_one("VACUUM t RETAIN 0 VERSIONS").await.is_err());
 }
 
+on_local_and_s3!(recluster_races_dml_and_compaction);
 /// RECLUSTER racing DML and COMPACT: rows deleted after the recluster read its sources stay
 /// deleted (carried through the row map); a compaction of other fragments commits beside
 /// it; a corrupt row map is a clear error, never a wrong answer.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn recluster_races_dml_and_compaction() {
+async fn recluster_races_dml_and_compaction(db: Location) {
     use fragvec::rewrite::recluster::{ReclusterSpec, recluster};
-    let tmp = tempfile::tempdir().unwrap();
-    let loc = tmp.path().to_str().unwrap().to_string();
+    let loc = db.url().to_string();
     let s = FragvecSession::open(&loc).await.unwrap();
     s.sql(
         "CREATE TABLE t (id BIGINT, k BIGINT, v VECTOR(2)) WITH (max_rows_per_fragment = 10); \
@@ -733,12 +731,12 @@ async fn plans_with_time_or_randomness_are_not_reused() {
     assert!(s.plans_reused() > before);
 }
 
+on_local_and_s3!(knn_through_a_view_follows_every_commit);
 /// A KNN query through a view, repeated after another session's DELETE and INSERT, answers
 /// from the latest version every time (a kept plan would still hold the version it was
 /// planned on: the other session's commits do not clear this session's plans).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn knn_through_a_view_follows_every_commit() {
-    let (tmp, s) = scratch_session().await;
+async fn knn_through_a_view_follows_every_commit(db: Location) {
+    let s = FragvecSession::open(db.url()).await.unwrap();
     s.sql(
         "CREATE TABLE t (id BIGINT, v VECTOR(8)); \
          INSERT INTO t SELECT value, [value, 0, 0, 0, 0, 0, 0, 0] FROM generate_series(1, 50); \
@@ -762,9 +760,7 @@ async fn knn_through_a_view_follows_every_commit() {
     };
     assert_eq!(nearest(10).await, 10);
     assert_eq!(nearest(20).await, 20);
-    let other = FragvecSession::open(tmp.path().to_str().unwrap())
-        .await
-        .unwrap();
+    let other = FragvecSession::open(db.url()).await.unwrap();
     other.sql("DELETE FROM t WHERE id = 10").await.unwrap();
     let after_delete = nearest(10).await;
     assert!(after_delete == 9 || after_delete == 11, "{after_delete}");

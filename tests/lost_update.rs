@@ -6,6 +6,8 @@
 //! values on the dead old version of the row, and the change would be lost (issue #10's first
 //! defect). The commit must fail with a retryable conflict instead; a writer that touched
 //! other rows of the fragment still rebases.
+//!
+//! Each scenario runs on a scratch directory and on the test S3 server (`tests/support`).
 
 use std::sync::Arc;
 
@@ -16,18 +18,19 @@ use fragvec::format::changes::{RowChanges, UpdateMode};
 use fragvec::format::{FormatError, Operation, Snapshot};
 use fragvec::ledger::ids::row_address;
 
-async fn session() -> (tempfile::TempDir, FragvecSession) {
-    let tmp = tempfile::tempdir().unwrap();
-    let s = FragvecSession::open(tmp.path().to_str().unwrap())
-        .await
-        .unwrap();
+#[macro_use]
+mod support;
+use support::Location;
+
+async fn session(location: &str) -> FragvecSession {
+    let s = FragvecSession::open(location).await.unwrap();
     s.sql("CREATE TABLE u (id BIGINT NOT NULL, a BIGINT, b BIGINT)")
         .await
         .unwrap();
     s.sql("INSERT INTO u SELECT value AS id, 0 AS a, 0 AS b FROM generate_series(1, 10)")
         .await
         .unwrap();
-    (tmp, s)
+    s
 }
 
 async fn latest(s: &FragvecSession) -> Snapshot {
@@ -72,16 +75,19 @@ fn is_retryable_conflict(e: &FormatError) -> bool {
     e.is_retryable() && e.to_string().contains("commit conflict")
 }
 
+on_local_and_s3!(a_column_update_over_a_concurrent_change_of_the_same_row_conflicts);
 /// The winner changed row 5 itself: a `rewrite_rows` UPDATE (the old version is deleted, the
 /// new one appended) or a DELETE. Committing the column file must conflict, and nothing the
 /// winner wrote may be lost.
-#[tokio::test]
-async fn a_column_update_over_a_concurrent_change_of_the_same_row_conflicts() {
-    for (winner, row_after) in [
+async fn a_column_update_over_a_concurrent_change_of_the_same_row_conflicts(db: Location) {
+    for (i, (winner, row_after)) in [
         ("UPDATE u SET a = a + 10 WHERE id = 5", Some((10, 0))),
         ("DELETE FROM u WHERE id = 5", None),
-    ] {
-        let (_tmp, s) = session().await;
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let s = session(&db.child(&i.to_string())).await;
         let read = latest(&s).await;
         let ours = set_b_of_row_5(&read);
         s.sql(winner).await.unwrap();
@@ -105,9 +111,9 @@ async fn a_column_update_over_a_concurrent_change_of_the_same_row_conflicts() {
     }
 }
 
-#[tokio::test]
-async fn a_column_update_rebases_over_a_concurrent_update_of_other_rows() {
-    let (_tmp, s) = session().await;
+on_local_and_s3!(a_column_update_rebases_over_a_concurrent_update_of_other_rows);
+async fn a_column_update_rebases_over_a_concurrent_update_of_other_rows(db: Location) {
+    let s = session(db.url()).await;
     let read = latest(&s).await;
     let ours = set_b_of_row_5(&read);
     s.sql("UPDATE u SET a = a + 10 WHERE id = 7").await.unwrap();
@@ -126,10 +132,10 @@ async fn a_column_update_rebases_over_a_concurrent_update_of_other_rows() {
     assert_eq!(b.column(0).as_primitive::<Int64Type>().value(0), 10);
 }
 
+on_local_and_s3!(retried_column_update_sees_the_winners_value);
 /// Through SQL: the retry after the conflict re-reads the row and applies both updates.
-#[tokio::test]
-async fn retried_column_update_sees_the_winners_value() {
-    let (_tmp, s) = session().await;
+async fn retried_column_update_sees_the_winners_value(db: Location) {
+    let s = session(db.url()).await;
     s.sql("UPDATE u SET a = a + 10 WHERE id = 5").await.unwrap();
     s.sql("SET fragvec.update_mode = 'rewrite_columns'")
         .await

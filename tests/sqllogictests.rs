@@ -6,6 +6,12 @@
 //!
 //! `cargo test --test sqllogictests -- --complete` (or `FRAGVEC_SLT_COMPLETE=1`) rewrites the
 //! expected output of every record from what fragvec returns now; review the diff.
+//!
+//! The whole suite runs a second time with each file's database on S3 (trials `s3/<file>`,
+//! each under its own prefix of `FRAGVEC_TEST_S3`; see `tests/support`). Without a server
+//! configured, one trial `s3` says the S3 run was skipped.
+
+mod support;
 
 use std::path::{Path, PathBuf};
 
@@ -151,7 +157,9 @@ fn cell(column: &ArrayRef, row: usize, text: &str) -> String {
     text.trim_end_matches('\n').to_string()
 }
 
-fn run_file(path: PathBuf, complete: bool) -> Result<(), Failed> {
+/// Runs one file on a fresh database: a scratch directory, or `s3_location` (a prefix on
+/// the test S3 server).
+fn run_file(path: PathBuf, complete: bool, s3_location: Option<String>) -> Result<(), Failed> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -159,7 +167,10 @@ fn run_file(path: PathBuf, complete: bool) -> Result<(), Failed> {
         .map_err(|e| Failed::from(e.to_string()))?;
     runtime.block_on(async move {
         let dir = tempfile::tempdir().map_err(|e| Failed::from(e.to_string()))?;
-        let location = dir.path().join("db").to_string_lossy().to_string();
+        let location = match s3_location {
+            Some(s3) => s3,
+            None => dir.path().join("db").to_string_lossy().to_string(),
+        };
         let mut runner = Runner::new(move || {
             let location = location.clone();
             async move { Db::open(location).await }
@@ -201,12 +212,27 @@ fn main() {
         .filter(|p| p.extension().is_some_and(|e| e == "slt"))
         .collect();
     files.sort();
-    let trials = files
-        .into_iter()
+    let mut trials: Vec<Trial> = files
+        .iter()
+        .cloned()
         .map(|path| {
             let name = path.file_stem().unwrap().to_string_lossy().to_string();
-            Trial::test(name, move || run_file(path, complete))
+            Trial::test(name, move || run_file(path, complete, None))
         })
         .collect();
+    // The same files with the database on S3 (never rewritten by --complete).
+    if support::s3_base().is_some() {
+        trials.extend(files.into_iter().map(|path| {
+            let name = path.file_stem().unwrap().to_string_lossy().to_string();
+            Trial::test(format!("s3/{name}"), move || {
+                let location = support::s3_location(&format!("slt-{name}"));
+                run_file(path, false, location)
+            })
+        }));
+    } else {
+        trials.push(Trial::test("s3", || {
+            support::skip("sqllogictests").map_err(Failed::from)
+        }));
+    }
     sqllogictest::harness::run(&arguments, trials).exit();
 }

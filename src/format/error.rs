@@ -30,6 +30,15 @@ pub enum FormatError {
         #[source]
         reason: crate::format::commit::reason::Conflict,
     },
+    /// The store of a database does not refuse a second create-if-absent put of one object,
+    /// so two writers could both publish the same version (one commit silently lost).
+    #[error(
+        "database '{location}' cannot be used: its store does not support create-if-absent puts \
+         ({reason}); fragvec publishes every commit with one (on S3: PutObject with \
+         If-None-Match: *, supported by AWS S3, MinIO and Cloudflare R2; do not set \
+         AWS_CONDITIONAL_PUT=disabled)"
+    )]
+    NoPutIfAbsent { location: String, reason: String },
     #[error("corrupt file {path}: {reason}")]
     Corrupt { path: String, reason: String },
     #[error(

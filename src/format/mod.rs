@@ -10,6 +10,7 @@
 //! * [`changes`]: DELETE / UPDATE / MERGE row changes turned into a transaction;
 //! * [`views`]: views stored in the database; [`vacuum`]: removing unreferenced files; [`introspect`]: the table's state as batches;
 //! * [`types`]: the `VECTOR(n)` type; [`conform`]: batches conformed to a table schema;
+//! * [`metered_store`]: a store wrapper counting requests and adding latency (benchmarks);
 //! * [`error`]: the layer's error type, `FormatError`.
 //!
 //! This layer speaks Arrow, Parquet and `object_store` only; it knows nothing of DataFusion's
@@ -26,6 +27,7 @@ pub mod integrity;
 pub mod introspect;
 pub mod ledger_io;
 pub mod manifest;
+pub mod metered_store;
 pub mod row_map_file;
 pub mod rowids;
 pub mod store;

@@ -64,7 +64,9 @@ impl Database {
                 let store = stores.entry(name.to_string()).or_default().clone();
                 (store, Path::default())
             } else if let Some(rest) = location.strip_prefix("s3://") {
-                open_s3(rest)?
+                let (store, root) = open_s3(rest)?;
+                check_put_if_absent(store.as_ref(), &root, location).await?;
+                (store, root)
             } else if location.contains("://") && !location.starts_with("file://") {
                 return Err(FormatError::invalid(format!(
                     "unsupported database location '{location}' (use a path, file://, memory://{})",
@@ -210,9 +212,20 @@ impl Database {
     }
 }
 
+/// An S3 bucket and prefix (`bucket/prefix`), configured from the `AWS_*` environment
+/// variables `object_store` knows (`AmazonS3Builder::from_env`): credentials
+/// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`), `AWS_REGION` /
+/// `AWS_DEFAULT_REGION`, `AWS_ENDPOINT_URL` (or `AWS_ENDPOINT`) for S3-compatible servers,
+/// `AWS_ALLOW_HTTP=true` for a plain-HTTP endpoint. The bucket named in the URL wins over
+/// `AWS_BUCKET`.
 #[cfg(feature = "s3")]
 fn open_s3(rest: &str) -> Result<(Arc<dyn ObjectStore>, Path)> {
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(FormatError::invalid(format!(
+            "s3://{rest}: no bucket (use s3://bucket/prefix)"
+        )));
+    }
     let store = object_store::aws::AmazonS3Builder::from_env()
         .with_bucket_name(bucket)
         .build()
@@ -225,6 +238,61 @@ fn open_s3(rest: &str) -> Result<(Arc<dyn ObjectStore>, Path)> {
     Err(FormatError::invalid(format!(
         "s3://{rest}: this build of fragvec has no S3 support (enable the `s3` cargo feature)"
     )))
+}
+
+/// The object [`check_put_if_absent`] creates under a database's root (its name starts
+/// with `_`, so it is never taken for a table).
+pub const PUT_IF_ABSENT_PROBE: &str = "_put_if_absent_probe";
+
+/// Checks that `store` refuses a create-if-absent put (`PutMode::Create`) of an object that
+/// exists: every commit relies on it, and a store that ignored the condition would let two
+/// writers both publish the same version, one of them silently lost. [`Database::open`] runs
+/// it for `s3://` locations; an application that builds its own store for
+/// [`Database::from_store`] should run it too.
+///
+/// It puts [`PUT_IF_ABSENT_PROBE`] under `root` with `PutMode::Create`: when that fails as
+/// "already exists" the store honours the condition (one request; the object stays for the
+/// next open); when it succeeds, a second identical put must fail so. A store without
+/// conditional puts (`NotImplemented`, e.g. `AWS_CONDITIONAL_PUT=disabled`) or one that
+/// accepts the second put is refused with [`FormatError::NoPutIfAbsent`]. Credentials
+/// without write access pass (a reader cannot commit, so it cannot commit unsafely); other
+/// store errors (no such bucket, no connection) are returned as they are.
+pub async fn check_put_if_absent(
+    store: &dyn ObjectStore,
+    root: &Path,
+    location: &str,
+) -> Result<()> {
+    let path = root.clone().join(PUT_IF_ABSENT_PROBE);
+    let create = || {
+        store.put_opts(
+            &path,
+            PutPayload::from_static(b"fragvec checks that this store refuses a second create\n"),
+            PutOptions {
+                mode: PutMode::Create,
+                ..Default::default()
+            },
+        )
+    };
+    let refuse = |reason: String| FormatError::NoPutIfAbsent {
+        location: location.to_string(),
+        reason,
+    };
+    let outcome = match create().await {
+        Ok(_) => create().await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    match outcome {
+        Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
+        Ok(()) => Err(refuse(format!(
+            "a second create-if-absent put of {path} succeeded"
+        ))),
+        Err(e @ object_store::Error::NotImplemented { .. }) => Err(refuse(e.to_string())),
+        Err(
+            object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. },
+        ) => Ok(()),
+        Err(e) => Err(FormatError::store(&path, e)),
+    }
 }
 
 pub fn validate_table_name(name: &str) -> Result<()> {
@@ -274,10 +342,12 @@ impl TableDir {
         self.local_dir.as_deref().map(|p| p.as_path())
     }
 
-    /// Absolute store path of a path relative to the table root.
+    /// Absolute store path of a path relative to the table root (`""`: the root itself).
+    /// Empty parts are skipped: a trailing `/` would make an S3 listing of the path ask for
+    /// the prefix `t//`, which holds nothing (a local directory listing would not notice).
     pub fn path(&self, relative: &str) -> Path {
         let mut p = self.root.clone();
-        for part in relative.split('/') {
+        for part in relative.split('/').filter(|p| !p.is_empty()) {
             p = p.join(part);
         }
         p

@@ -282,3 +282,126 @@ async fn vector_columns_skip_the_dictionary() {
     assert!(dictionary(0), "id keeps its dictionary");
     assert!(!dictionary(1), "{:?}", group.column(1).column_path());
 }
+
+/// A store that ignores `PutMode::Create` (an old S3-compatible server that drops the
+/// `If-None-Match` header): every put overwrites.
+#[derive(Debug)]
+struct IgnoresPutIfAbsent(object_store::memory::InMemory);
+
+impl std::fmt::Display for IgnoresPutIfAbsent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IgnoresPutIfAbsent")
+    }
+}
+
+#[async_trait::async_trait]
+impl object_store::ObjectStore for IgnoresPutIfAbsent {
+    async fn put_opts(
+        &self,
+        location: &object_store::path::Path,
+        payload: PutPayload,
+        _opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        self.0
+            .put_opts(location, payload, object_store::PutOptions::default())
+            .await
+    }
+    async fn put_multipart_opts(
+        &self,
+        location: &object_store::path::Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.0.put_multipart_opts(location, opts).await
+    }
+    async fn get_opts(
+        &self,
+        location: &object_store::path::Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        self.0.get_opts(location, options).await
+    }
+    fn delete_stream(
+        &self,
+        locations: futures::stream::BoxStream<
+            'static,
+            object_store::Result<object_store::path::Path>,
+        >,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::path::Path>> {
+        self.0.delete_stream(locations)
+    }
+    fn list(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.0.list(prefix)
+    }
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.0.list_with_delimiter(prefix).await
+    }
+    async fn copy_opts(
+        &self,
+        from: &object_store::path::Path,
+        to: &object_store::path::Path,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.0.copy_opts(from, to, options).await
+    }
+}
+
+/// A store that honours create-if-absent passes the check (twice: the second time its probe
+/// object exists already); one that ignores it is refused, naming the database.
+#[tokio::test]
+async fn stores_without_put_if_absent_are_refused() {
+    use super::store::check_put_if_absent;
+    let root = object_store::path::Path::from("db");
+    let good = object_store::memory::InMemory::new();
+    check_put_if_absent(&good, &root, "memory://good")
+        .await
+        .unwrap();
+    check_put_if_absent(&good, &root, "memory://good")
+        .await
+        .unwrap();
+    let bad = IgnoresPutIfAbsent(object_store::memory::InMemory::new());
+    for _ in 0..2 {
+        let err = check_put_if_absent(&bad, &root, "s3://old-server/db")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, FormatError::NoPutIfAbsent { location, .. } if location == "s3://old-server/db"),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("second create-if-absent put"),
+            "{err}"
+        );
+    }
+}
+
+/// `AWS_CONDITIONAL_PUT=disabled`: object_store refuses `PutMode::Create` itself (no request
+/// is sent), and so does the check.
+#[cfg(feature = "s3")]
+#[tokio::test]
+async fn s3_with_conditional_puts_disabled_is_refused() {
+    use super::store::check_put_if_absent;
+    let s3 = object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name("b")
+        .with_region("us-east-1")
+        .with_access_key_id("k")
+        .with_secret_access_key("s")
+        .with_endpoint("http://127.0.0.1:9")
+        .with_allow_http(true)
+        .with_conditional_put(object_store::aws::S3ConditionalPut::Disabled)
+        .build()
+        .unwrap();
+    let err = check_put_if_absent(&s3, &object_store::path::Path::from("db"), "s3://b/db")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, FormatError::NoPutIfAbsent { .. }), "{err}");
+    assert!(
+        err.to_string().contains("conditional put is disabled"),
+        "{err}"
+    );
+}

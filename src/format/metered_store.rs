@@ -1,0 +1,421 @@
+//! [`MeteredStore`]: an `ObjectStore` wrapper that counts requests by kind and the bytes they
+//! move, and can add a fixed latency to every request. On real object storage each request
+//! costs 10–50 ms however small it is, so the request count of a statement, not its bytes,
+//! decides its latency there; `benches/roundtrips.rs` prints these counts per statement.
+//!
+//! What counts as one request is what an S3 client sends: a GET (whole object or one range),
+//! a HEAD, a PUT (a whole object, or one part of a multipart upload, plus one request each to
+//! start and complete it), a LIST page (1,000 keys), a DELETE, a COPY. Several ranges read
+//! with `get_ranges` are the store's default coalescing, each coalesced range one GET, as
+//! `object_store`'s S3 client does (the local file system would serve them from one open
+//! file, which would hide them).
+//!
+//! The latency is a sleep before each request is sent (before each page of a listing, each
+//! part of an upload), so concurrent requests overlap their latencies as they would on a
+//! network. It can be changed while the store is in use.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, Result, UploadPart,
+};
+
+/// Keys an S3 LIST request returns per page.
+const LIST_PAGE: u64 = 1000;
+
+/// Requests and bytes counted by a [`MeteredStore`] (or the difference of two readings).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RoundTrips {
+    pub gets: u64,
+    pub heads: u64,
+    pub puts: u64,
+    pub lists: u64,
+    pub deletes: u64,
+    pub copies: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+}
+
+impl RoundTrips {
+    /// Every request, of any kind.
+    pub fn requests(&self) -> u64 {
+        self.gets + self.heads + self.puts + self.lists + self.deletes + self.copies
+    }
+
+    /// What happened between `earlier` and `self`.
+    pub fn since(&self, earlier: &RoundTrips) -> RoundTrips {
+        RoundTrips {
+            gets: self.gets - earlier.gets,
+            heads: self.heads - earlier.heads,
+            puts: self.puts - earlier.puts,
+            lists: self.lists - earlier.lists,
+            deletes: self.deletes - earlier.deletes,
+            copies: self.copies - earlier.copies,
+            bytes_read: self.bytes_read - earlier.bytes_read,
+            bytes_written: self.bytes_written - earlier.bytes_written,
+        }
+    }
+}
+
+impl fmt::Display for RoundTrips {
+    /// `12 requests (get 9, head 2, put 1), 31.5 KiB read, 1.2 KiB written`
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kinds = [
+            ("get", self.gets),
+            ("head", self.heads),
+            ("put", self.puts),
+            ("list", self.lists),
+            ("delete", self.deletes),
+            ("copy", self.copies),
+        ];
+        let parts: Vec<String> = kinds
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        write!(f, "{} requests", self.requests())?;
+        if !parts.is_empty() {
+            write!(f, " ({})", parts.join(", "))?;
+        }
+        write!(
+            f,
+            ", {:.1} KiB read, {:.1} KiB written",
+            self.bytes_read as f64 / 1024.0,
+            self.bytes_written as f64 / 1024.0
+        )
+    }
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    gets: AtomicU64,
+    heads: AtomicU64,
+    puts: AtomicU64,
+    lists: AtomicU64,
+    deletes: AtomicU64,
+    copies: AtomicU64,
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
+    /// Added latency per request, in microseconds.
+    latency_us: AtomicU64,
+}
+
+impl Counters {
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    async fn delay(&self) {
+        let us = self.latency_us.load(Ordering::Relaxed);
+        if us > 0 {
+            tokio::time::sleep(Duration::from_micros(us)).await;
+        }
+    }
+}
+
+/// Counts the requests made to `inner` and delays each by a configurable latency.
+#[derive(Debug, Clone)]
+pub struct MeteredStore {
+    inner: Arc<dyn ObjectStore>,
+    counters: Arc<Counters>,
+}
+
+impl MeteredStore {
+    pub fn new(inner: Arc<dyn ObjectStore>) -> Self {
+        Self {
+            inner,
+            counters: Arc::default(),
+        }
+    }
+
+    /// The latency added to every request from now on.
+    pub fn set_latency(&self, latency: Duration) {
+        self.counters
+            .latency_us
+            .store(latency.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// The counts so far (subtract an earlier reading with [`RoundTrips::since`]).
+    pub fn round_trips(&self) -> RoundTrips {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        RoundTrips {
+            gets: get(&c.gets),
+            heads: get(&c.heads),
+            puts: get(&c.puts),
+            lists: get(&c.lists),
+            deletes: get(&c.deletes),
+            copies: get(&c.copies),
+            bytes_read: get(&c.bytes_read),
+            bytes_written: get(&c.bytes_written),
+        }
+    }
+}
+
+impl fmt::Display for MeteredStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Metered({})", self.inner)
+    }
+}
+
+/// Counts listing pages as they are consumed: one request for the first page, one more per
+/// further [`LIST_PAGE`] keys.
+fn metered_listing(
+    counters: Arc<Counters>,
+    inner: BoxStream<'static, Result<ObjectMeta>>,
+) -> BoxStream<'static, Result<ObjectMeta>> {
+    futures::stream::once(async move {
+        counters.delay().await;
+        Counters::add(&counters.lists, 1);
+        let mut seen = 0u64;
+        inner.then(move |item| {
+            let counters = counters.clone();
+            seen += 1;
+            let new_page = seen > 1 && (seen - 1) % LIST_PAGE == 0;
+            async move {
+                if new_page {
+                    counters.delay().await;
+                    Counters::add(&counters.lists, 1);
+                }
+                item
+            }
+        })
+    })
+    .flatten()
+    .boxed()
+}
+
+#[async_trait]
+impl ObjectStore for MeteredStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        self.counters.delay().await;
+        Counters::add(&self.counters.puts, 1);
+        Counters::add(
+            &self.counters.bytes_written,
+            payload.content_length() as u64,
+        );
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
+        self.counters.delay().await;
+        Counters::add(&self.counters.puts, 1);
+        let inner = self.inner.put_multipart_opts(location, opts).await?;
+        Ok(Box::new(MeteredUpload {
+            inner,
+            counters: self.counters.clone(),
+        }))
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        self.counters.delay().await;
+        if options.head {
+            Counters::add(&self.counters.heads, 1);
+        } else {
+            Counters::add(&self.counters.gets, 1);
+        }
+        let head = options.head;
+        let result = self.inner.get_opts(location, options).await?;
+        if !head {
+            Counters::add(
+                &self.counters.bytes_read,
+                result.range.end - result.range.start,
+            );
+        }
+        Ok(result)
+    }
+
+    // `get_ranges` is left to the trait's default: coalesced ranges, each one `get_opts`.
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, Result<Path>>,
+    ) -> BoxStream<'static, Result<Path>> {
+        let counters = self.counters.clone();
+        let counted = locations
+            .then(move |location| {
+                let counters = counters.clone();
+                async move {
+                    counters.delay().await;
+                    Counters::add(&counters.deletes, 1);
+                    location
+                }
+            })
+            .boxed();
+        self.inner.delete_stream(counted)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        metered_listing(self.counters.clone(), self.inner.list(prefix))
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        metered_listing(
+            self.counters.clone(),
+            self.inner.list_with_offset(prefix, offset),
+        )
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.counters.delay().await;
+        let result = self.inner.list_with_delimiter(prefix).await?;
+        let keys = (result.objects.len() + result.common_prefixes.len()) as u64;
+        Counters::add(&self.counters.lists, keys.div_ceil(LIST_PAGE).max(1));
+        Ok(result)
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
+        self.counters.delay().await;
+        Counters::add(&self.counters.copies, 1);
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+/// A multipart upload whose parts (and completion) are counted as requests.
+#[derive(Debug)]
+struct MeteredUpload {
+    inner: Box<dyn MultipartUpload>,
+    counters: Arc<Counters>,
+}
+
+#[async_trait]
+impl MultipartUpload for MeteredUpload {
+    fn put_part(&mut self, data: PutPayload) -> UploadPart {
+        Counters::add(&self.counters.puts, 1);
+        Counters::add(&self.counters.bytes_written, data.content_length() as u64);
+        let counters = self.counters.clone();
+        let part = self.inner.put_part(data);
+        async move {
+            counters.delay().await;
+            part.await
+        }
+        .boxed()
+    }
+
+    async fn complete(&mut self) -> Result<PutResult> {
+        self.counters.delay().await;
+        Counters::add(&self.counters.puts, 1);
+        self.inner.complete().await
+    }
+
+    async fn abort(&mut self) -> Result<()> {
+        self.counters.delay().await;
+        Counters::add(&self.counters.deletes, 1);
+        self.inner.abort().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::TryStreamExt;
+    use object_store::ObjectStoreExt;
+    use object_store::memory::InMemory;
+
+    #[tokio::test]
+    async fn counts_each_request_kind_and_its_bytes() {
+        let store = MeteredStore::new(Arc::new(InMemory::new()));
+        let a = Path::from("t/a");
+        store
+            .put(&a, PutPayload::from(vec![7u8; 100]))
+            .await
+            .unwrap();
+        store.head(&a).await.unwrap();
+        let whole = store.get(&a).await.unwrap().bytes().await.unwrap();
+        assert_eq!(whole.len(), 100);
+        store.get_range(&a, 10..30).await.unwrap();
+        let listed: Vec<_> = store
+            .list(Some(&Path::from("t")))
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(listed.len(), 1);
+        store.list_with_delimiter(None).await.unwrap();
+        store.delete(&a).await.unwrap();
+        let counted = store.round_trips();
+        assert_eq!(
+            counted,
+            RoundTrips {
+                gets: 2,
+                heads: 1,
+                puts: 1,
+                lists: 2,
+                deletes: 1,
+                copies: 0,
+                bytes_read: 120,
+                bytes_written: 100,
+            }
+        );
+        assert_eq!(counted.requests(), 7);
+        assert_eq!(counted.since(&counted), RoundTrips::default());
+    }
+
+    /// Far-apart ranges are separate GETs, as on S3; near ones are coalesced into one.
+    #[tokio::test]
+    async fn ranges_are_counted_as_the_coalesced_requests() {
+        let store = MeteredStore::new(Arc::new(InMemory::new()));
+        let a = Path::from("a");
+        store
+            .put(&a, PutPayload::from(vec![1u8; 4 << 20]))
+            .await
+            .unwrap();
+        let before = store.round_trips();
+        let ranges: [std::ops::Range<u64>; 3] = [0..10, 20..30, (3 << 20)..(3 << 20) + 10];
+        store.get_ranges(&a, &ranges).await.unwrap();
+        assert_eq!(store.round_trips().since(&before).gets, 2);
+    }
+
+    /// Each page of a listing is a request.
+    #[tokio::test]
+    async fn a_long_listing_is_one_request_per_page() {
+        let store = MeteredStore::new(Arc::new(InMemory::new()));
+        for i in 0..2001 {
+            store
+                .put(&Path::from(format!("p/{i}")), PutPayload::from_static(b"x"))
+                .await
+                .unwrap();
+        }
+        let before = store.round_trips();
+        let n = store.list(Some(&Path::from("p"))).count().await;
+        assert_eq!(n, 2001);
+        assert_eq!(store.round_trips().since(&before).lists, 3);
+    }
+
+    #[tokio::test]
+    async fn latency_is_added_to_every_request() {
+        let store = MeteredStore::new(Arc::new(InMemory::new()));
+        store.set_latency(Duration::from_millis(20));
+        let t = std::time::Instant::now();
+        store
+            .put(&Path::from("a"), PutPayload::from_static(b"x"))
+            .await
+            .unwrap();
+        store.head(&Path::from("a")).await.unwrap();
+        assert!(
+            t.elapsed() >= Duration::from_millis(40),
+            "{:?}",
+            t.elapsed()
+        );
+    }
+}
