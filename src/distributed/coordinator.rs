@@ -28,12 +28,14 @@ use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_distributed::{
     DistributedExec, DistributedExt, SessionStateBuilderExt, WorkerResolver, display_plan_ascii,
+    get_distributed_worker_resolver,
 };
 use url::Url;
 
 use super::codec::FragvecCodec;
 use super::databases::Databases;
 use super::error::DistributedError;
+use super::on_workers::OnWorkersExec;
 use super::sorts::merge_sorts_over_fragvec;
 use super::tasks;
 use crate::engine::FragvecSession;
@@ -134,7 +136,7 @@ pub fn worker_urls(workers: &[String]) -> Result<Vec<Url>> {
 
 /// `location` as workers must see it: a local path made absolute (created if missing, as
 /// [`Database::open`] would); URLs unchanged.
-fn absolute_location(location: &str) -> Result<String> {
+pub fn absolute_location(location: &str) -> Result<String> {
     if location.contains("://") && !location.starts_with("file://") {
         return Ok(location.to_string());
     }
@@ -197,7 +199,16 @@ impl QueryPlanner for SplitPlanner {
             }
             return Ok(shown);
         }
-        self.distributed.create_physical_plan(plan, session).await
+        let plan = self.distributed.create_physical_plan(plan, session).await?;
+        if !plan.is::<DistributedExec>() {
+            return Ok(plan);
+        }
+        let workers: Vec<String> = get_distributed_worker_resolver(session.config())?
+            .get_urls()?
+            .iter()
+            .map(|u| u.as_str().trim_end_matches('/').to_string())
+            .collect();
+        Ok(Arc::new(OnWorkersExec::new(plan, workers.join(", "))))
     }
 }
 

@@ -10,6 +10,7 @@
 //!   pure split rules (scans by runs of fragments, KNN by segments plus unowned fragments).
 //! * [`sorts`]: sorts over a fragvec leaf (KNN's top-k) become per-task sorts merged on
 //!   the coordinator.
+//! * [`on_workers`]: the root of a query on workers, naming them in its errors.
 //! * [`databases`]: the databases a process serves, each with one index cache.
 //!
 //! Row order: a query whose plan is split returns its rows in no particular order without
@@ -20,6 +21,7 @@ pub mod codec;
 pub mod coordinator;
 pub mod databases;
 pub mod error;
+pub mod on_workers;
 pub mod sorts;
 pub mod split;
 pub mod tasks;
