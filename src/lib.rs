@@ -1,12 +1,15 @@
 //! fragvec: versioned fragment tables with vector search, for Apache DataFusion.
 //!
-//! Seven layers; each uses only the ones below it (`tests/layering.rs` checks this):
+//! Eight layers; each uses only the ones below it (`tests/layering.rs` checks this):
 //!
 //! ```text
-//! cli ─▶ engine ─▶ sql ─▶ rewrite ─▶ index ─▶ format ─▶ ledger
+//! cli ─▶ distributed ─▶ engine ─▶ sql ─▶ rewrite ─▶ index ─▶ format ─▶ ledger
 //! ```
 //!
 //! * [`cli`]: the `fragvec` binary's shell, output formats and demo.
+//! * `distributed` (feature `distributed`): queries across machines on
+//!   datafusion-distributed: the plan codec of fragvec's operators, the planner hooks that
+//!   split scans and KNN searches into tasks, workers and the coordinator session.
 //! * [`engine`]: the DataFusion glue and nothing else: session and statement routing by
 //!   family, catalog, table provider, scan / insert / KNN operators, the KNN optimizer rule,
 //!   UDFs and table functions, options, and the one place where layer errors become
@@ -26,6 +29,8 @@
 //!   row-map arithmetic and codec.
 
 pub mod cli;
+#[cfg(feature = "distributed")]
+pub mod distributed;
 pub mod engine;
 pub mod format;
 pub mod index;

@@ -18,9 +18,11 @@ async fn main() {
 }
 
 async fn run(cli: Cli) -> Result<(), String> {
-    let session = FragvecSession::open(&cli.db)
-        .await
-        .map_err(|e| e.to_string())?;
+    #[cfg(feature = "distributed")]
+    if let Some(Command::Worker { listen }) = &cli.command {
+        return fragvec::cli::worker::run(*listen, cli.db.as_deref()).await;
+    }
+    let session = open(&cli).await.map_err(|e| e.to_string())?;
     if let Some(Command::Demo) = cli.command {
         return demo::run(&session, cli.format).await;
     }
@@ -49,4 +51,12 @@ async fn run(cli: Cli) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+async fn open(cli: &Cli) -> datafusion::common::Result<FragvecSession> {
+    #[cfg(feature = "distributed")]
+    if !cli.workers.is_empty() {
+        return FragvecSession::with_workers(cli.database(), &cli.workers).await;
+    }
+    FragvecSession::open(cli.database()).await
 }

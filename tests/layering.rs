@@ -1,17 +1,29 @@
-//! The layers' arrows point one way: `cli → engine → sql → rewrite → index → format → ledger`.
+//! The layers' arrows point one way:
+//! `cli → distributed → engine → sql → rewrite → index → format → ledger`.
 //!
 //! Reads every file under `src/` and fails when a file of one layer names a higher layer
-//! (`crate::engine` in `index`, `crate::format` in `ledger`, ...), or when a layer below the
+//! (`crate::engine` in `index`, `crate::format` in `ledger`, ...), when a layer below the
 //! engine names DataFusion's planner (only `engine` implements DataFusion traits; lower
-//! layers speak Arrow, Parquet and object_store). Comments are not code and are skipped, so a
+//! layers speak Arrow, Parquet and object_store), or when a layer below `distributed` names
+//! datafusion-distributed or datafusion-proto. Comments are not code and are skipped, so a
 //! doc link upwards is allowed.
 
 use std::path::{Path, PathBuf};
 
 /// Lowest first.
-const LAYERS: [&str; 7] = [
-    "ledger", "format", "index", "rewrite", "sql", "engine", "cli",
+const LAYERS: [&str; 8] = [
+    "ledger",
+    "format",
+    "index",
+    "rewrite",
+    "sql",
+    "engine",
+    "distributed",
+    "cli",
 ];
+
+/// Crates only the `distributed` layer (and the CLI above it) may name.
+const DISTRIBUTION: [&str; 2] = ["datafusion_distributed", "datafusion_proto"];
 
 /// DataFusion modules only the engine (and the CLI above it) may name.
 const PLANNER: [&str; 8] = [
@@ -99,6 +111,17 @@ fn violations(src: &Path) -> Vec<String> {
                         }
                     }
                 }
+                if rank < LAYERS.iter().position(|l| *l == "distributed").unwrap() {
+                    for krate in DISTRIBUTION {
+                        if code.contains(&format!("{krate}::")) {
+                            found.push(format!(
+                                "{}:{line}: {layer} names {krate}, which only distributed may: {}",
+                                file.display(),
+                                code.trim()
+                            ));
+                        }
+                    }
+                }
                 if rank < LAYERS.iter().position(|l| *l == "engine").unwrap() {
                     for module in PLANNER {
                         if code.contains(&format!("datafusion::{module}")) {
@@ -144,8 +167,15 @@ fn the_checker_sees_an_upward_import_and_ignores_comments() {
         "use datafusion::physical_plan::ExecutionPlan; // crate::cli::\n",
     )
     .unwrap();
+    std::fs::write(
+        tmp.path().join("engine/bad.rs"),
+        "use crate::distributed::X;\nuse datafusion_distributed::Worker;\n",
+    )
+    .unwrap();
     let found = violations(tmp.path());
-    assert_eq!(found.len(), 2, "{found:#?}");
+    assert_eq!(found.len(), 4, "{found:#?}");
     assert!(found[0].contains("ledger names the higher layer format"));
     assert!(found[1].contains("index names DataFusion's planner (physical_plan)"));
+    assert!(found[2].contains("engine names the higher layer distributed"));
+    assert!(found[3].contains("engine names datafusion_distributed"));
 }

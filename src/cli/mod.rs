@@ -3,6 +3,8 @@
 pub mod demo;
 pub mod output;
 pub mod shell;
+#[cfg(feature = "distributed")]
+pub mod worker;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -16,9 +18,14 @@ pub const DEFAULT_DB: &str = "fragvec-db";
     about = "SQL over versioned vector tables (Apache DataFusion)"
 )]
 pub struct Cli {
-    /// Database location: a directory, file://..., or memory://[name].
-    #[arg(long, global = true, default_value = DEFAULT_DB)]
-    pub db: String,
+    /// Database location: a directory, file://..., or memory://[name] (default fragvec-db;
+    /// for `worker`: the only database it serves, default any the coordinator names).
+    #[arg(long, global = true)]
+    pub db: Option<String>,
+    /// Run queries on these workers (`fragvec worker`): http://host:port,http://host:port
+    #[cfg(feature = "distributed")]
+    #[arg(long, value_delimiter = ',')]
+    pub workers: Vec<String>,
     /// SQL to run (may be given several times; runs in order, before -f).
     #[arg(short = 'c', long = "command")]
     pub commands: Vec<String>,
@@ -36,6 +43,20 @@ pub struct Cli {
 pub enum Command {
     /// Create a demo table with generated vectors and take a short tour of what fragvec does.
     Demo,
+    /// Run a worker executing parts of queries for coordinators (`fragvec --workers ...`).
+    #[cfg(feature = "distributed")]
+    Worker {
+        /// Address to listen on (port 0: any free port); the worker prints its URL.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: std::net::SocketAddr,
+    },
+}
+
+impl Cli {
+    /// The database location (`--db`, default [`DEFAULT_DB`]).
+    pub fn database(&self) -> &str {
+        self.db.as_deref().unwrap_or(DEFAULT_DB)
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

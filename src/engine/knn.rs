@@ -10,6 +10,11 @@
 //! ([`crate::index::knn::search`], which owns the ownership / deletion / mask rules, probing,
 //! re-ranking and brute force), reads the answer's rows, and reports the search's counters
 //! as metrics. One output partition; emission is final (all k rows at once).
+//!
+//! A KNN search split across machines gives each task a *share* of it
+//! ([`KnnExec::with_share`]: some segments plus the unowned rows of some fragments, see
+//! [`crate::index::knn::share`]); the task returns the local top-k of its share's rows and
+//! evaluates the WHERE filter only over the fragments those rows are in.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -40,7 +45,7 @@ use super::scan::{FragmentScanExec, ROW_ADDR, ROW_ID, ScanSpec, VirtualColumns};
 use crate::format::index_meta::IndexDef;
 use crate::index::cache::IndexCache;
 use crate::index::distance::Metric;
-use crate::index::knn::{self, KnnRequest, KnnStats, rows::RowReader};
+use crate::index::knn::{self, KnnRequest, KnnShare, KnnStats, rows::RowReader};
 
 /// What the query asks for.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,6 +65,8 @@ pub struct KnnExec {
     query: KnnQuery,
     /// The index to search; `None` scores every row exactly.
     index: Option<IndexDef>,
+    /// The part of the search this operator answers for; `None`: all of it.
+    share: Option<KnnShare>,
     cache: Arc<IndexCache>,
     schema: SchemaRef,
     metrics: ExecutionPlanMetricsSet,
@@ -84,6 +91,7 @@ impl KnnExec {
             scan,
             query,
             index,
+            share: None,
             cache,
             schema,
             metrics: ExecutionPlanMetricsSet::new(),
@@ -96,7 +104,7 @@ impl KnnExec {
     /// The same search for another query vector (a cached plan reused, see
     /// [`super::plan_cache`]).
     pub fn with_vector(&self, vector: Vec<f32>) -> Result<Self> {
-        Self::new(
+        let mut knn = Self::new(
             self.scan.clone(),
             KnnQuery {
                 vector,
@@ -104,7 +112,38 @@ impl KnnExec {
             },
             self.index.clone(),
             self.cache.clone(),
-        )
+        )?;
+        knn.share = self.share.clone();
+        Ok(knn)
+    }
+
+    /// The same search answering only for `share` (one task of a split search).
+    pub fn with_share(&self, share: KnnShare) -> Result<Self> {
+        let mut knn = Self::new(
+            self.scan.clone(),
+            self.query.clone(),
+            self.index.clone(),
+            self.cache.clone(),
+        )?;
+        knn.share = Some(share);
+        Ok(knn)
+    }
+
+    pub fn query(&self) -> &KnnQuery {
+        &self.query
+    }
+
+    /// The index searched (`None`: every row is scored exactly).
+    pub fn index(&self) -> Option<&IndexDef> {
+        self.index.as_ref()
+    }
+
+    pub fn share(&self) -> Option<&KnnShare> {
+        self.share.as_ref()
+    }
+
+    pub fn cache(&self) -> &Arc<IndexCache> {
+        &self.cache
     }
 
     pub fn query_vector(&self) -> &[f32] {
@@ -136,6 +175,16 @@ impl DisplayAs for KnnExec {
                 )?;
                 if let Some(p) = &self.scan.predicate {
                     write!(f, ", filter={p}")?;
+                }
+                if let Some(share) = &self.share {
+                    let segments: Vec<String> =
+                        share.segments.iter().map(|s| s.to_string()).collect();
+                    write!(
+                        f,
+                        ", share=segments [{}] + {} fragments",
+                        segments.join(", "),
+                        share.fragments.len()
+                    )?;
                 }
                 Ok(())
             }
@@ -206,6 +255,7 @@ impl ExecutionPlan for KnnExec {
             scan: self.scan.clone(),
             query: self.query.clone(),
             index: (!options.exact).then(|| self.index.clone()).flatten(),
+            share: self.share.clone(),
             refine_factor: options.refine_factor,
             cache: self.cache.clone(),
             ctx: context,
@@ -269,6 +319,7 @@ struct KnnRun {
     scan: ScanSpec,
     query: KnnQuery,
     index: Option<IndexDef>,
+    share: Option<KnnShare>,
     refine_factor: usize,
     cache: Arc<IndexCache>,
     ctx: Arc<TaskContext>,
@@ -294,7 +345,10 @@ impl KnnRun {
             refine_factor: self.refine_factor,
             mask: mask.as_ref(),
         };
-        let mut answer = knn::search(request, &self.cache).await?;
+        let mut answer = match &self.share {
+            Some(share) => knn::search_share(request, share, &self.cache).await?,
+            None => knn::search(request, &self.cache).await?,
+        };
         let fetched = AtomicUsize::new(0);
         let reader = RowReader {
             snapshot,
@@ -311,8 +365,15 @@ impl KnnRun {
 
     /// Addresses of the rows passing the WHERE filter.
     async fn row_mask(&self) -> Result<RoaringTreemap> {
-        let spec = self.filter_spec()?;
-        let mut stream = FragmentScanExec::new(spec)?.execute(0, self.ctx.clone())?;
+        let mut scan = FragmentScanExec::new(self.filter_spec()?)?;
+        if let Some(share) = &self.share {
+            // Only the fragments holding the share's rows can hold its qualifying rows.
+            let fragments =
+                knn::share_fragments(&self.scan.snapshot, self.index.as_ref(), share, &self.cache)
+                    .await?;
+            scan = scan.with_fragments(fragments);
+        }
+        let mut stream = scan.execute(0, self.ctx.clone())?;
         let mut allowed = RoaringTreemap::new();
         while let Some(batch) = stream.next().await {
             let batch = batch?;

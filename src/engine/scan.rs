@@ -5,7 +5,11 @@
 //! offset order, so a plain `SELECT * FROM t` returns rows in the table's logical order.
 //! Deletion vectors and pushed-down filters are applied here; virtual columns (`_rowaddr`,
 //! `_rowid`) are computed from fragment ids, offsets and row-id sequences.
+//!
+//! A scan may read only some fragments of its snapshot ([`FragmentScanExec::with_fragments`]):
+//! a query split across machines gives each task its own run of fragments.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -63,6 +67,8 @@ pub struct ScanSpec {
 #[derive(Debug)]
 pub struct FragmentScanExec {
     spec: ScanSpec,
+    /// The fragments (ids) read, still in manifest order; `None`: all of them.
+    fragments: Option<Arc<BTreeSet<u64>>>,
     /// The session's index cache, for the KNN rule to hand to the search it substitutes.
     index_cache: Option<Arc<IndexCache>>,
     schema: SchemaRef,
@@ -81,6 +87,7 @@ impl FragmentScanExec {
         ));
         Ok(Self {
             spec,
+            fragments: None,
             index_cache: None,
             schema,
             metrics: ExecutionPlanMetricsSet::new(),
@@ -100,6 +107,26 @@ impl FragmentScanExec {
     pub fn index_cache(&self) -> Option<&Arc<IndexCache>> {
         self.index_cache.as_ref()
     }
+
+    /// The same scan reading only the fragments `ids` (in manifest order).
+    pub fn with_fragments(mut self, ids: BTreeSet<u64>) -> Self {
+        self.fragments = Some(Arc::new(ids));
+        self
+    }
+
+    /// The fragments this scan reads, if not all of its snapshot's.
+    pub fn fragment_subset(&self) -> Option<&BTreeSet<u64>> {
+        self.fragments.as_deref()
+    }
+
+    /// The fragments read, in manifest order.
+    fn fragments_read(&self) -> impl Iterator<Item = &Fragment> {
+        self.spec.snapshot.manifest.fragments.iter().filter(|f| {
+            self.fragments
+                .as_ref()
+                .is_none_or(|ids| ids.contains(&f.id))
+        })
+    }
 }
 
 impl DisplayAs for FragmentScanExec {
@@ -113,12 +140,16 @@ impl DisplayAs for FragmentScanExec {
             .collect();
         match t {
             DisplayFormatType::Default | DisplayFormatType::Verbose => {
+                let total = s.snapshot.manifest.fragments.len();
+                let fragments = match &self.fragments {
+                    None => total.to_string(),
+                    Some(_) => format!("{} of {total}", self.fragments_read().count()),
+                };
                 write!(
                     f,
-                    "FragmentScanExec: table={}, version={}, fragments={}, projection=[{}]",
+                    "FragmentScanExec: table={}, version={}, fragments={fragments}, projection=[{}]",
                     s.snapshot.name(),
                     s.snapshot.version(),
-                    s.snapshot.manifest.fragments.len(),
                     cols.join(", ")
                 )?;
                 if let Some(p) = &s.predicate {
@@ -181,7 +212,7 @@ impl ExecutionPlan for FragmentScanExec {
         _input_stats: &[Arc<Statistics>],
         _args: &StatisticsArgs,
     ) -> Result<Arc<Statistics>> {
-        let live = self.spec.snapshot.manifest.live_rows() as usize;
+        let live = self.fragments_read().map(Fragment::live_rows).sum::<u64>() as usize;
         // Deletion vectors are counted exactly, so without filters or limit the count is exact.
         let rows = match (&self.spec.predicate, self.spec.limit) {
             (None, None) => Precision::Exact(live),
@@ -210,7 +241,7 @@ impl ExecutionPlan for FragmentScanExec {
         };
         let spec = Arc::new(self.spec.clone());
         let schema = self.schema.clone();
-        let fragments: Vec<Fragment> = spec.snapshot.manifest.fragments.clone();
+        let fragments: Vec<Fragment> = self.fragments_read().cloned().collect();
         let per_fragment = {
             let spec = spec.clone();
             let schema = schema.clone();

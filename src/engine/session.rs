@@ -39,6 +39,13 @@ use crate::format::{Database, Snapshot};
 
 pub use super::error::is_retryable;
 
+/// Marks a session state whose plans run in this process only: the statements that write
+/// (INSERT, CREATE TABLE AS, the finder queries of DELETE / UPDATE / MERGE). A query planner
+/// that spreads queries over workers (`crate::distributed`) plans these locally; DataFusion's
+/// own planner ignores the mark.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CoordinatorOnly;
+
 /// What one statement produced.
 #[derive(Debug, Clone)]
 pub struct StatementResult {
@@ -198,12 +205,19 @@ impl FragvecSession {
     /// single-partition source, and INSERT / CREATE TABLE AS keep their source's order (the
     /// logical order is the order given).
     pub(super) fn order_preserving_state(&self) -> datafusion::execution::SessionState {
-        let mut state = self.ctx.state();
+        let mut state = self.coordinator_state();
         state
             .config_mut()
             .options_mut()
             .optimizer
             .enable_round_robin_repartition = false;
+        state
+    }
+
+    /// The session state marked [`CoordinatorOnly`]: its plans run in this process.
+    pub(super) fn coordinator_state(&self) -> datafusion::execution::SessionState {
+        let mut state = self.ctx.state();
+        state.config_mut().set_extension(Arc::new(CoordinatorOnly));
         state
     }
 

@@ -142,6 +142,8 @@ async fn finder_frame(session: &FragvecSession, sql: &str) -> Result<DataFrame> 
         pin::mentions_virtual_columns(sql),
     )
     .await?;
-    let plan = session.ctx.state().statement_to_plan(statement).await?;
-    session.ctx.execute_logical_plan(plan).await
+    // The finder runs in this process, like the commit it feeds.
+    let state = session.coordinator_state();
+    let plan = state.statement_to_plan(statement).await?;
+    Ok(DataFrame::new(state, plan))
 }

@@ -67,7 +67,8 @@ pub async fn run(session: &FragvecSession, mut statement: DFStatement) -> Result
     result
 }
 
-/// Runs SQL fragvec generated itself (a finder's EXPLAIN), pinned like any query.
+/// Runs SQL fragvec generated itself (a finder's EXPLAIN), pinned like any query, in this
+/// process (see [`FragvecSession::coordinator_state`]).
 pub async fn run_sql(session: &FragvecSession, sql: &str) -> Result<StatementResult> {
     let statement = pin(
         session,
@@ -75,8 +76,9 @@ pub async fn run_sql(session: &FragvecSession, sql: &str) -> Result<StatementRes
         pin::mentions_virtual_columns(sql),
     )
     .await?;
-    let plan = session.ctx.state().statement_to_plan(statement).await?;
-    execute_plan(session, None, plan).await
+    let state = session.coordinator_state();
+    let plan = state.statement_to_plan(statement).await?;
+    execute_plan(session, Some(state), plan).await
 }
 
 /// Parses SQL fragvec generated itself (a finder or an EXPLAIN), which DataFusion parses.

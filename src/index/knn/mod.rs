@@ -22,6 +22,10 @@
 //! * Rows without a defined distance (NULL vectors, zero vectors under cosine) get key
 //!   `f32::INFINITY` and rank last, like `NULLS LAST`.
 //!
+//! A search can be split into [`share`]s (segments plus the unowned rows of some fragments),
+//! each answered by [`search_share`] under the same rules; see [`share`] for what merging
+//! their answers gives.
+//!
 //! IO: model, footers and probed partitions through the [`IndexCache`]; vector columns of
 //! unindexed fragments decoded once and cached within the budget; each deletion vector read
 //! once per query. Memory: O(k) per segment plus cached entries.
@@ -29,8 +33,9 @@
 mod exact;
 pub mod rows;
 mod segments;
+pub mod share;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use roaring::{RoaringBitmap, RoaringTreemap};
@@ -41,6 +46,7 @@ use super::error::Result;
 use super::search::{Candidate, TopK};
 use crate::format::Snapshot;
 use crate::format::index_meta::IndexDef;
+pub use share::{KnnShare, ShareRows};
 
 /// Masks admitting at most this many rows are answered by scoring exactly those rows.
 pub const EXACT_MASK_ROWS: u64 = 4096;
@@ -145,10 +151,94 @@ pub(crate) struct Searcher<'a> {
     /// Deletion vectors of the snapshot's fragments that have one, read once per query.
     pub deletions: HashMap<u64, RoaringBitmap>,
     pub counters: Counters,
+    /// The part of the search this run answers for; `None`: all of it.
+    pub scope: Option<Scope>,
+}
+
+/// A share resolved against the snapshot (see [`share`]).
+pub(crate) struct Scope {
+    pub segments: BTreeSet<u64>,
+    pub fragments: BTreeSet<u64>,
+    pub rows: ShareRows,
 }
 
 /// Answers a KNN request (see the module docs for the contract).
 pub async fn search(req: KnnRequest<'_>, cache: &IndexCache) -> Result<KnnAnswer> {
+    search_in(req, None, cache).await
+}
+
+/// Answers the part of a KNN request that `share` names: the local top-k of the share's
+/// owned, live, qualifying rows (see [`share`]).
+pub async fn search_share(
+    req: KnnRequest<'_>,
+    share: &KnnShare,
+    cache: &IndexCache,
+) -> Result<KnnAnswer> {
+    search_in(req, Some(share), cache).await
+}
+
+/// Fragments (ids) holding rows of `share` in a search with `index` (`None`: exact), so a
+/// caller evaluating the WHERE filter of a share reads only these.
+pub async fn share_fragments(
+    snapshot: &Snapshot,
+    index: Option<&IndexDef>,
+    share: &KnnShare,
+    cache: &IndexCache,
+) -> Result<BTreeSet<u64>> {
+    Ok(resolve_share(snapshot, index, share, cache)
+        .await?
+        .fragments()
+        .collect())
+}
+
+async fn resolve_share(
+    snapshot: &Snapshot,
+    index: Option<&IndexDef>,
+    share: &KnnShare,
+    cache: &IndexCache,
+) -> Result<ShareRows> {
+    let manifest = &snapshot.manifest;
+    let owners = match index {
+        Some(index) => {
+            let view = cache.ledger(&snapshot.dir, manifest).await?;
+            Some(
+                cache
+                    .ownerships(&snapshot.dir, manifest, &view, &index.name)
+                    .await?,
+            )
+        }
+        None => None,
+    };
+    Ok(ShareRows::resolve(
+        share,
+        &manifest.fragments,
+        owners.as_deref(),
+    ))
+}
+
+async fn search_in(
+    req: KnnRequest<'_>,
+    share: Option<&KnnShare>,
+    cache: &IndexCache,
+) -> Result<KnnAnswer> {
+    let scope = match share {
+        Some(share) => Some(Scope {
+            segments: share.segments.clone(),
+            fragments: share.fragments.clone(),
+            rows: resolve_share(req.snapshot, req.index, share, cache).await?,
+        }),
+        None => None,
+    };
+    // A share's WHERE mask holds only its own rows, so every count and path below (the
+    // exact-mask path, the exact fallback) sees exactly the share's qualifying rows.
+    let restricted = match (&scope, req.mask) {
+        (Some(scope), Some(mask)) => Some(scope.rows.restrict(mask)),
+        _ => None,
+    };
+    let req = KnnRequest {
+        mask: restricted.as_ref().or(req.mask),
+        ..req
+    };
     let snapshot = req.snapshot;
     let mut deletions = HashMap::new();
     for f in snapshot
@@ -168,6 +258,7 @@ pub async fn search(req: KnnRequest<'_>, cache: &IndexCache) -> Result<KnnAnswer
         cache,
         deletions,
         counters: Counters::default(),
+        scope,
     };
     searcher.run().await
 }
@@ -176,9 +267,10 @@ impl Searcher<'_> {
     async fn run(self) -> Result<KnnAnswer> {
         let k = self.req.k;
         let all = &self.req.snapshot.manifest.fragments;
-        let qualifying = match self.req.mask {
-            Some(m) => m.len(),
-            None => self.req.snapshot.manifest.live_rows(),
+        let qualifying = match (self.req.mask, &self.scope) {
+            (Some(m), _) => m.len(),
+            (None, None) => self.req.snapshot.manifest.live_rows(),
+            (None, Some(scope)) => scope.rows.live_rows(all, &self.deletions),
         };
         let mut vectors = HashMap::new();
         let mut exact_mask = false;
@@ -193,7 +285,7 @@ impl Searcher<'_> {
                 }
                 top.into_sorted()
             }
-            (_, None) => self.brute_force(all, &HashMap::new()).await?,
+            (_, None) => self.brute_force_scope().await?,
             (_, Some(index)) => {
                 let (found, found_vectors) = self.indexed(index).await?;
                 vectors = found_vectors;
@@ -201,7 +293,7 @@ impl Searcher<'_> {
                     // Rows the index cannot return (NULL vectors) would be in the exact answer.
                     Counters::add(&self.counters.exact_fallbacks, 1);
                     vectors.clear();
-                    self.brute_force(all, &HashMap::new()).await?
+                    self.brute_force_scope().await?
                 } else {
                     found
                 }
@@ -214,5 +306,22 @@ impl Searcher<'_> {
             vectors,
             stats,
         })
+    }
+
+    /// Exact top-k over every row the search answers for: the whole table, or the share's
+    /// rows.
+    pub(super) async fn brute_force_scope(&self) -> Result<Vec<Candidate>> {
+        let all = &self.req.snapshot.manifest.fragments;
+        match &self.scope {
+            None => self.brute_force(all, &HashMap::new()).await,
+            Some(scope) => {
+                let mine: Vec<crate::format::Fragment> = all
+                    .iter()
+                    .filter(|f| scope.rows.contains_fragment(f.id))
+                    .cloned()
+                    .collect();
+                self.brute_force(&mine, &scope.rows.skipped(&mine)).await
+            }
+        }
     }
 }

@@ -45,11 +45,7 @@ impl Searcher<'_> {
         }
         let Some(prepared) = model.prepare(req.vector) else {
             // A zero query vector under cosine has no nearest rows; every distance is NULL.
-            return Ok((
-                self.brute_force(&manifest.fragments, &HashMap::new())
-                    .await?,
-                HashMap::new(),
-            ));
+            return Ok((self.brute_force_scope().await?, HashMap::new()));
         };
         let current: HashSet<u64> = manifest.fragments.iter().map(|f| f.id).collect();
         let deletions = &self.deletions;
@@ -75,10 +71,10 @@ impl Searcher<'_> {
         let mut owned_anywhere: HashSet<u64> = HashSet::new();
         let mut covered_rows: HashMap<u64, RoaringBitmap> = HashMap::new();
         let mut vectors: HashMap<u64, Vec<f32>> = HashMap::new();
+        // What every segment owns decides which rows are unowned, also in a share that
+        // searches only some segments.
         for segment in manifest.segments_of(&index.name) {
-            Counters::add(&self.counters.segments_searched, 1);
-            let ownership = &owners[&segment.id];
-            for (f, coverage) in &ownership.fragments {
+            for (f, coverage) in &owners[&segment.id].fragments {
                 match coverage {
                     Coverage::Whole => {
                         owned_anywhere.insert(*f);
@@ -86,6 +82,15 @@ impl Searcher<'_> {
                     Coverage::Rows(rows) => *covered_rows.entry(*f).or_default() |= rows,
                 }
             }
+        }
+        let searched = manifest.segments_of(&index.name).filter(|s| {
+            self.scope
+                .as_ref()
+                .is_none_or(|sc| sc.segments.contains(&s.id))
+        });
+        for segment in searched {
+            Counters::add(&self.counters.segments_searched, 1);
+            let ownership = &owners[&segment.id];
             // Translated partitions hold only rows the segment owns, at current addresses.
             let translated = segment.fragment_bitmap.iter().any(|f| view.consumes(*f));
             let fast = mask_rows.is_none()
@@ -180,6 +185,11 @@ impl Searcher<'_> {
             .fragments
             .iter()
             .filter(|f| !owned_anywhere.contains(&f.id))
+            .filter(|f| {
+                self.scope
+                    .as_ref()
+                    .is_none_or(|sc| sc.fragments.contains(&f.id))
+            })
             .cloned()
             .collect();
         if !unindexed.is_empty() {

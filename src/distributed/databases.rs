@@ -1,0 +1,114 @@
+//! The databases a process serves plans over, by location.
+//!
+//! A coordinator serves its session's database; a worker opens each database the first time
+//! a query over it arrives (the coordinator names it in the request's headers, so the worker
+//! opens it before the plan is decoded, which cannot wait for IO), or only the one it was
+//! started with (`fragvec worker --db URL`). Each database gets one index cache for the
+//! life of the process, so repeated queries reuse its loaded partitions.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use datafusion::common::Result;
+
+use super::error::DistributedError;
+use crate::engine::options::FragvecOptions;
+use crate::format::{Database, TableDir};
+use crate::index::cache::IndexCache;
+
+/// An open database and its index cache.
+#[derive(Clone, Debug)]
+pub struct Served {
+    pub database: Database,
+    pub cache: Arc<IndexCache>,
+}
+
+/// The databases of one process, by location.
+#[derive(Debug, Default)]
+pub struct Databases {
+    /// When set, the only location served.
+    only: Option<String>,
+    open: Mutex<HashMap<String, Served>>,
+}
+
+impl Databases {
+    /// Serves any database a query names (`only: None`) or only the one at `only`.
+    pub fn new(only: Option<String>) -> Self {
+        Self {
+            only,
+            open: Mutex::default(),
+        }
+    }
+
+    /// Serves an already open database (a coordinator's own) under its location.
+    pub fn serve(&self, database: Database, cache: Arc<IndexCache>) {
+        let location = database.location().to_string();
+        self.open
+            .lock()
+            .expect("databases lock")
+            .insert(location, Served { database, cache });
+    }
+
+    /// The database at `location`, opened now if needed.
+    pub async fn open(&self, location: &str) -> Result<Served> {
+        if let Some(served) = self.open.lock().expect("databases lock").get(location) {
+            return Ok(served.clone());
+        }
+        if let Some(only) = &self.only
+            && only != location
+        {
+            return Err(DistributedError::DatabaseNotServed {
+                location: location.to_string(),
+                served: only.clone(),
+            }
+            .into());
+        }
+        let served = Served {
+            database: Database::open(location).await?,
+            cache: Arc::new(IndexCache::new(FragvecOptions::default().index_cache_bytes)),
+        };
+        Ok(self
+            .open
+            .lock()
+            .expect("databases lock")
+            .entry(location.to_string())
+            .or_insert(served)
+            .clone())
+    }
+
+    /// The open database at `location`.
+    pub fn get(&self, location: &str) -> Result<Served, DistributedError> {
+        self.open
+            .lock()
+            .expect("databases lock")
+            .get(location)
+            .cloned()
+            .ok_or_else(|| match &self.only {
+                Some(only) if only != location => DistributedError::DatabaseNotServed {
+                    location: location.to_string(),
+                    served: only.clone(),
+                },
+                _ => DistributedError::UnknownDatabase {
+                    location: location.to_string(),
+                },
+            })
+    }
+
+    /// The location of the open database `dir` belongs to.
+    pub fn location_of(&self, dir: &TableDir) -> Option<String> {
+        let open = self.open.lock().expect("databases lock");
+        open.iter()
+            .find(|(_, served)| {
+                same_store(served.database.store(), dir.store())
+                    && served
+                        .database
+                        .table(dir.name())
+                        .is_ok_and(|t| t.path("_versions") == dir.path("_versions"))
+            })
+            .map(|(location, _)| location.clone())
+    }
+}
+
+fn same_store<T: ?Sized>(a: &Arc<T>, b: &Arc<T>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+}

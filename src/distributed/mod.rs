@@ -1,0 +1,35 @@
+//! Queries across machines, on datafusion-distributed: fragvec's integration in one place
+//! (a layer above `engine`; nothing below names it).
+//!
+//! * [`coordinator`]: [`FragvecSession::with_workers`](crate::FragvecSession::with_workers),
+//!   a session whose queries run on workers; statements that write stay on the coordinator.
+//! * [`worker`]: the worker (`fragvec worker`): sessions with fragvec's functions, options,
+//!   codec and databases; in-process workers for tests.
+//! * [`codec`]: `FragmentScanExec` and `KnnExec` on the wire.
+//! * [`tasks`]: the planner hooks that split fragvec's leaves into tasks; [`split`]: the
+//!   pure split rules (scans by runs of fragments, KNN by segments plus unowned fragments).
+//! * [`sorts`]: sorts over a fragvec leaf (KNN's top-k) become per-task sorts merged on
+//!   the coordinator.
+//! * [`on_workers`]: the root of a query on workers, naming them in its errors.
+//! * [`databases`]: the databases a process serves, each with one index cache.
+//!
+//! Row order: a query whose plan is split returns its rows in no particular order without
+//! ORDER BY; a plain `SELECT` without aggregates, joins or sorts is not split (nothing to
+//! gain) and keeps the table's logical order. See README "Scaling out".
+
+pub mod codec;
+pub mod coordinator;
+pub mod databases;
+pub mod error;
+pub mod on_workers;
+pub mod sorts;
+pub mod split;
+pub mod tasks;
+pub mod worker;
+
+#[cfg(test)]
+mod tests;
+
+pub use coordinator::worker_urls;
+pub use error::DistributedError;
+pub use worker::{LocalWorker, spawn};

@@ -1,0 +1,328 @@
+//! Part of a KNN search: a *share* searches some of an index's segments and scores the
+//! unowned rows of some fragments, so a search can be split into tasks (on other machines)
+//! whose answers merge into the whole search's answer.
+//!
+//! A [`KnnShare`] names segments (by id) and fragments (by id). Its *rows* are, with an
+//! index, the rows its segments own (their ownership as on one machine, see
+//! [`crate::index::ownership`]) plus the rows of its fragments that no segment owns; without
+//! an index (exact search), all rows of its fragments.
+//!
+//! Invariants (what makes a split exact):
+//! * When every segment of the index is in exactly one share of a split and every fragment
+//!   of the snapshot in exactly one share, the shares' rows partition the table's rows:
+//!   ownerships of one index's segments never overlap, and a row no segment owns belongs to
+//!   the share of its fragment (`prop_shares_partition_rows`).
+//! * A share applies the ownership, deletion and filter rules of the single-machine search
+//!   to its rows unchanged, and its answer is its local top-k of owned, live, qualifying
+//!   rows. Merging the shares' answers by distance gives the single-machine answer whenever
+//!   both take the same path; the paths that look at all rows at once (scoring few masked
+//!   rows exactly, the exact fallback when the index returns too few rows) are decided per
+//!   share over its own rows, which can only make a share's answer more exact.
+//!
+//! Resolution is pure: ownerships are computed by the caller (through the index cache).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use roaring::{RoaringBitmap, RoaringTreemap};
+
+use crate::format::Fragment;
+use crate::ledger::ids::split_row_address;
+use crate::ledger::{Coverage, SegmentOwnership};
+
+/// The segments and fragments one part of a split KNN search answers for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KnnShare {
+    /// Segments (ids) searched, each under its whole ownership.
+    pub segments: BTreeSet<u64>,
+    /// Fragments (ids) whose rows no segment owns are scored here by brute force (all their
+    /// rows when the search uses no index).
+    pub fragments: BTreeSet<u64>,
+}
+
+impl KnnShare {
+    pub fn is_empty(&self) -> bool {
+        self.segments.is_empty() && self.fragments.is_empty()
+    }
+}
+
+/// The rows of a share, per fragment of the snapshot (fragments without any are absent).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ShareRows {
+    rows: BTreeMap<u64, Coverage>,
+}
+
+impl ShareRows {
+    /// The rows of `share` in a snapshot with `fragments`, given each segment's ownership
+    /// (`None`: the search uses no index, so a share's rows are its fragments' rows).
+    pub fn resolve(
+        share: &KnnShare,
+        fragments: &[Fragment],
+        owners: Option<&BTreeMap<u64, SegmentOwnership>>,
+    ) -> Self {
+        let mut rows: BTreeMap<u64, Coverage> = BTreeMap::new();
+        let Some(owners) = owners else {
+            for f in fragments.iter().filter(|f| share.fragments.contains(&f.id)) {
+                rows.insert(f.id, Coverage::Whole);
+            }
+            return Self { rows };
+        };
+        for (segment, ownership) in owners {
+            if !share.segments.contains(segment) {
+                continue;
+            }
+            for (f, coverage) in &ownership.fragments {
+                union_into(&mut rows, *f, coverage);
+            }
+        }
+        for f in fragments.iter().filter(|f| share.fragments.contains(&f.id)) {
+            // Rows of this fragment that some segment (of any share) owns.
+            let mut owned = RoaringBitmap::new();
+            let mut whole = false;
+            for ownership in owners.values() {
+                match ownership.fragments.get(&f.id) {
+                    Some(Coverage::Whole) => whole = true,
+                    Some(Coverage::Rows(r)) => owned |= r,
+                    None => {}
+                }
+            }
+            if whole {
+                continue;
+            }
+            if owned.is_empty() {
+                union_into(&mut rows, f.id, &Coverage::Whole);
+            } else {
+                let unowned = all_rows(f.physical_rows) - owned;
+                if !unowned.is_empty() {
+                    union_into(&mut rows, f.id, &Coverage::Rows(unowned));
+                }
+            }
+        }
+        Self { rows }
+    }
+
+    /// Whether the row at `addr` is one of the share's.
+    pub fn contains(&self, addr: u64) -> bool {
+        let (f, o) = split_row_address(addr);
+        match self.rows.get(&f) {
+            Some(Coverage::Whole) => true,
+            Some(Coverage::Rows(r)) => u32::try_from(o).is_ok_and(|o| r.contains(o)),
+            None => false,
+        }
+    }
+
+    /// Whether the share holds any row of this fragment.
+    pub fn contains_fragment(&self, fragment: u64) -> bool {
+        self.rows.contains_key(&fragment)
+    }
+
+    /// Fragments (ids) holding at least one of the share's rows.
+    pub fn fragments(&self) -> impl Iterator<Item = u64> + '_ {
+        self.rows.keys().copied()
+    }
+
+    /// The addresses of `mask` that are the share's rows.
+    pub fn restrict(&self, mask: &RoaringTreemap) -> RoaringTreemap {
+        mask.iter().filter(|a| self.contains(*a)).collect()
+    }
+
+    /// Live rows of the share (`deletions`: the deletion vectors of fragments with one).
+    pub fn live_rows(
+        &self,
+        fragments: &[Fragment],
+        deletions: &std::collections::HashMap<u64, RoaringBitmap>,
+    ) -> u64 {
+        fragments
+            .iter()
+            .filter_map(|f| self.rows.get(&f.id).map(|c| (f, c)))
+            .map(|(f, coverage)| match coverage {
+                Coverage::Whole => f.live_rows(),
+                Coverage::Rows(r) => match deletions.get(&f.id) {
+                    Some(d) => r.difference_len(d),
+                    None => r.len(),
+                },
+            })
+            .sum()
+    }
+
+    /// For brute force over the share's fragments: the rows of each to skip (not the
+    /// share's). Fragments the share holds wholly have no entry.
+    pub fn skipped(&self, fragments: &[Fragment]) -> std::collections::HashMap<u64, RoaringBitmap> {
+        fragments
+            .iter()
+            .filter_map(|f| match self.rows.get(&f.id) {
+                Some(Coverage::Rows(r)) => Some((f.id, all_rows(f.physical_rows) - r)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+fn all_rows(physical_rows: u64) -> RoaringBitmap {
+    let mut all = RoaringBitmap::new();
+    all.insert_range(0..u32::try_from(physical_rows).unwrap_or(u32::MAX));
+    all
+}
+
+fn union_into(rows: &mut BTreeMap<u64, Coverage>, fragment: u64, coverage: &Coverage) {
+    match (rows.get_mut(&fragment), coverage) {
+        (None, c) => {
+            rows.insert(fragment, c.clone());
+        }
+        (Some(Coverage::Whole), _) => {}
+        (Some(slot), Coverage::Whole) => *slot = Coverage::Whole,
+        (Some(Coverage::Rows(have)), Coverage::Rows(more)) => *have |= more,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::ids::row_address;
+    use proptest::prelude::*;
+
+    fn fragment(id: u64, rows: u64) -> Fragment {
+        Fragment {
+            id,
+            files: vec![],
+            physical_rows: rows,
+            deletion: None,
+            row_ids: None,
+        }
+    }
+
+    /// Each row's owner: `Some(segment)` or `None` (unowned), per fragment.
+    type Owners = Vec<Vec<Option<u64>>>;
+
+    fn ownerships(owners: &Owners) -> BTreeMap<u64, SegmentOwnership> {
+        let mut out: BTreeMap<u64, SegmentOwnership> = BTreeMap::new();
+        for segment in 0..3u64 {
+            out.insert(segment, SegmentOwnership::default());
+        }
+        for (f, rows) in owners.iter().enumerate() {
+            for segment in 0..3u64 {
+                let mine: RoaringBitmap = rows
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, o)| **o == Some(segment))
+                    .map(|(i, _)| i as u32)
+                    .collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                let coverage = if mine.len() == rows.len() as u64 {
+                    Coverage::Whole
+                } else {
+                    Coverage::Rows(mine)
+                };
+                out.get_mut(&segment)
+                    .expect("segment")
+                    .fragments
+                    .insert(f as u64, coverage);
+            }
+        }
+        out
+    }
+
+    fn owners_strategy() -> impl Strategy<Value = Owners> {
+        prop::collection::vec(
+            prop::collection::vec(prop::option::of(0..3u64), 1..12),
+            0..6,
+        )
+    }
+
+    proptest! {
+        /// The shares of a split partition the table's rows, and each row is in the share
+        /// of its owning segment (or of its fragment when no segment owns it). If this
+        /// fails, a split search counts a row twice or never.
+        #[test]
+        fn prop_shares_partition_rows(
+            owners in owners_strategy(),
+            segment_share in prop::collection::vec(0..3usize, 3),
+            fragment_share in prop::collection::vec(0..3usize, 6),
+        ) {
+            let fragments: Vec<Fragment> = owners
+                .iter()
+                .enumerate()
+                .map(|(f, rows)| fragment(f as u64, rows.len() as u64))
+                .collect();
+            let owned = ownerships(&owners);
+            let mut shares = vec![KnnShare::default(); 3];
+            for (segment, share) in segment_share.iter().enumerate() {
+                shares[*share].segments.insert(segment as u64);
+            }
+            for f in &fragments {
+                shares[fragment_share[f.id as usize]].fragments.insert(f.id);
+            }
+            let rows: Vec<ShareRows> = shares
+                .iter()
+                .map(|s| ShareRows::resolve(s, &fragments, Some(&owned)))
+                .collect();
+            for (f, row_owners) in owners.iter().enumerate() {
+                for (offset, owner) in row_owners.iter().enumerate() {
+                    let addr = row_address(f as u64, offset as u64);
+                    let holders: Vec<usize> =
+                        (0..3).filter(|s| rows[*s].contains(addr)).collect();
+                    let expected = match owner {
+                        Some(segment) => segment_share[*segment as usize],
+                        None => fragment_share[f],
+                    };
+                    prop_assert_eq!(holders, vec![expected]);
+                }
+            }
+        }
+
+        /// Without an index a share's rows are exactly its fragments' rows.
+        #[test]
+        fn prop_exact_share_is_its_fragments(
+            sizes in prop::collection::vec(1..20u64, 0..6),
+            mine in prop::collection::vec(any::<bool>(), 6),
+        ) {
+            let fragments: Vec<Fragment> =
+                sizes.iter().enumerate().map(|(f, n)| fragment(f as u64, *n)).collect();
+            let share = KnnShare {
+                segments: BTreeSet::new(),
+                fragments: fragments.iter().filter(|f| mine[f.id as usize]).map(|f| f.id).collect(),
+            };
+            let rows = ShareRows::resolve(&share, &fragments, None);
+            for f in &fragments {
+                for o in 0..f.physical_rows {
+                    prop_assert_eq!(rows.contains(row_address(f.id, o)), mine[f.id as usize]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn partly_owned_fragment_splits_between_segment_and_fragment_shares() {
+        // Fragment 0 has 4 rows: segment 7 owns rows 1 and 2, rows 0 and 3 are unowned.
+        let fragments = vec![fragment(0, 4)];
+        let mut owned = BTreeMap::new();
+        let mut ownership = SegmentOwnership::default();
+        ownership
+            .fragments
+            .insert(0, Coverage::Rows([1u32, 2].into_iter().collect()));
+        owned.insert(7, ownership);
+        let by_segment = KnnShare {
+            segments: [7].into(),
+            fragments: BTreeSet::new(),
+        };
+        let by_fragment = KnnShare {
+            segments: BTreeSet::new(),
+            fragments: [0].into(),
+        };
+        let a = ShareRows::resolve(&by_segment, &fragments, Some(&owned));
+        let b = ShareRows::resolve(&by_fragment, &fragments, Some(&owned));
+        let holds = |r: &ShareRows| {
+            (0..4)
+                .filter(|o| r.contains(row_address(0, *o)))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(holds(&a), vec![1, 2]);
+        assert_eq!(holds(&b), vec![0, 3]);
+        assert_eq!(
+            b.skipped(&fragments)[&0].iter().collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        assert_eq!(b.live_rows(&fragments, &Default::default()), 2);
+    }
+}

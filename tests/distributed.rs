@@ -1,0 +1,238 @@
+//! Queries over two `fragvec worker` processes and a coordinator over a `file://` database:
+//! the plan shows a stage of several tasks; scans, aggregates, joins and KNN (plain,
+//! filtered, after COMPACT and RECLUSTER, with deletions) equal the single-node answers; a
+//! worker killed in the middle of a query fails it with a clear error, in bounded time.
+#![cfg(feature = "distributed")]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use fragvec::FragvecSession;
+
+/// A `fragvec worker` process on a free port, killed when dropped.
+struct WorkerProcess {
+    child: Child,
+    url: String,
+}
+
+impl WorkerProcess {
+    fn start(db: Option<&str>) -> Self {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fragvec"));
+        cmd.args(["worker", "--listen", "127.0.0.1:0"]);
+        if let Some(db) = db {
+            cmd.args(["--db", db]);
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start fragvec worker");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("fragvec worker listening on ")
+            .unwrap_or_else(|| panic!("unexpected worker output: {line}"))
+            .to_string();
+        Self { child, url }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn text(s: &FragvecSession, sql: &str) -> String {
+    let r = s
+        .sql_one(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    pretty_format_batches(&r.batches).unwrap().to_string()
+}
+
+/// `t (id, g, emb VECTOR(8))` in 100-row fragments: 1200 rows in the first index segment,
+/// 400 in a second, 400 unindexed, every 13th deleted.
+async fn populate(s: &FragvecSession) {
+    let rows = |from: i64, to: i64| {
+        format!(
+            "INSERT INTO t SELECT value, value % 7, make_array(sin(value), cos(value), \
+             sin(value * 0.3), cos(value * 0.7), sin(value * 1.7), cos(value * 2.3), \
+             sin(value * 0.11), cos(value * 0.13)) FROM generate_series({from}, {to})"
+        )
+    };
+    s.sql(&format!(
+        "CREATE TABLE t (id BIGINT NOT NULL, g BIGINT, emb VECTOR(8)) \
+         WITH (max_rows_per_fragment = 100); {}; \
+         CREATE VECTOR INDEX idx ON t (emb) USING IVF_FLAT WITH (num_partitions = 8); {}; \
+         OPTIMIZE INDEX idx ON t APPEND; {}; \
+         DELETE FROM t WHERE id % 13 = 0",
+        rows(0, 1199),
+        rows(1200, 1599),
+        rows(1600, 1999),
+    ))
+    .await
+    .unwrap();
+}
+
+const Q: &str = "[0.5, 0.1, -0.2, 0.9, 0.3, -0.4, 0.8, 0.05]";
+
+fn queries() -> Vec<String> {
+    vec![
+        "SELECT * FROM t".into(),
+        "SELECT id, g, _rowaddr FROM t ORDER BY id".into(),
+        "SELECT g, count(*), sum(id), min(id), max(id) FROM t GROUP BY g ORDER BY g".into(),
+        "SELECT count(*), sum(g) FROM t WHERE id % 3 = 0".into(),
+        "SELECT a.g, count(*), sum(b.id) FROM t a JOIN t b ON a.id = b.id + 1 \
+         GROUP BY a.g ORDER BY a.g"
+            .into(),
+        format!("SELECT id, l2_distance(emb, {Q}) AS d FROM t ORDER BY d LIMIT 10"),
+        format!("SELECT id FROM t WHERE g IN (1, 4) ORDER BY cosine_distance(emb, {Q}) LIMIT 7"),
+        format!("SELECT id, g FROM t WHERE id > 500 ORDER BY l2_distance(emb, {Q}) LIMIT 25"),
+    ]
+}
+
+async fn assert_same_answers(dist: &FragvecSession, single: &FragvecSession, when: &str) {
+    for sql in queries() {
+        assert_eq!(
+            text(dist, &sql).await,
+            text(single, &sql).await,
+            "{when}: {sql}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn queries_over_two_worker_processes_equal_single_node_answers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let location = format!("file://{}", tmp.path().display());
+    let single = FragvecSession::open(&location).await.unwrap();
+    populate(&single).await;
+    let workers = [WorkerProcess::start(None), WorkerProcess::start(None)];
+    let urls: Vec<String> = workers.iter().map(|w| w.url.clone()).collect();
+    let dist = FragvecSession::with_workers(&location, &urls)
+        .await
+        .unwrap();
+
+    let explain = text(&dist, "EXPLAIN SELECT g, sum(id) FROM t GROUP BY g").await;
+    assert!(explain.contains("tasks=2"), "{explain}");
+    let explain = text(
+        &dist,
+        &format!("EXPLAIN SELECT id FROM t ORDER BY l2_distance(emb, {Q}) LIMIT 10"),
+    )
+    .await;
+    assert!(
+        explain.contains("tasks=2") && explain.contains("share=segments"),
+        "{explain}"
+    );
+    assert_same_answers(&dist, &single, "two segments and unindexed rows").await;
+
+    dist.sql_one("COMPACT t WITH (target_rows_per_fragment = 300)")
+        .await
+        .unwrap();
+    assert_same_answers(&dist, &single, "after COMPACT").await;
+    dist.sql_one("RECLUSTER t BY (g)").await.unwrap();
+    assert_same_answers(&dist, &single, "after RECLUSTER").await;
+    dist.sql_one("DELETE FROM t WHERE g = 3 AND id % 2 = 0")
+        .await
+        .unwrap();
+    dist.sql_one("UPDATE t SET g = 9 WHERE id % 17 = 0")
+        .await
+        .unwrap();
+    assert_same_answers(&dist, &single, "after DELETE and UPDATE").await;
+    // The index is used on the workers after the rewrites, and search options travel.
+    for s in [&dist, &single] {
+        s.sql_one("SET fragvec.nprobes = 1").await.unwrap();
+    }
+    assert_same_answers(&dist, &single, "nprobes = 1").await;
+}
+
+/// Runs the `fragvec` binary; (success, stdout, stderr).
+fn fragvec(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_fragvec"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_cli_coordinator_shows_and_runs_a_split_plan() {
+    let tmp = tempfile::tempdir().unwrap();
+    let location = format!("file://{}", tmp.path().display());
+    populate(&FragvecSession::open(&location).await.unwrap()).await;
+    let workers = [
+        WorkerProcess::start(Some(tmp.path().to_str().unwrap())),
+        WorkerProcess::start(None),
+    ];
+    let urls = format!("{},{}", workers[0].url, workers[1].url);
+    let sql = "SELECT g, count(*) AS n, sum(id) AS s FROM t GROUP BY g ORDER BY g";
+    let explain = format!("EXPLAIN {sql}");
+    let (ok, out, err) = fragvec(&["--db", &location, "--workers", &urls, "-c", &explain]);
+    assert!(ok, "{err}");
+    assert!(out.contains("tasks=2"), "{out}");
+    let (ok, distributed, err) = fragvec(&["--db", &location, "--workers", &urls, "-c", sql]);
+    assert!(ok, "{err}");
+    let (ok, local, err) = fragvec(&["--db", &location, "-c", sql]);
+    assert!(ok, "{err}");
+    assert_eq!(distributed, local);
+    assert!(local.contains("(7 rows)"), "{local}");
+    // A worker started with --db serves that database only.
+    let other = tempfile::tempdir().unwrap();
+    let other_location = other.path().to_str().unwrap().to_string();
+    populate(&FragvecSession::open(&other_location).await.unwrap()).await;
+    let (ok, _, err) = fragvec(&["--db", &other_location, "--workers", &urls, "-c", sql]);
+    assert!(!ok);
+    assert!(err.contains("serves database"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_killed_mid_query_fails_the_query_clearly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let location = format!("file://{}", tmp.path().display());
+    let single = FragvecSession::open(&location).await.unwrap();
+    single
+        .sql(
+            "CREATE TABLE big (id BIGINT, g BIGINT) WITH (max_rows_per_fragment = 5000); \
+             INSERT INTO big SELECT value, value % 5 FROM generate_series(1, 40000)",
+        )
+        .await
+        .unwrap();
+    let mut workers = [WorkerProcess::start(None), WorkerProcess::start(None)];
+    let urls: Vec<String> = workers.iter().map(|w| w.url.clone()).collect();
+    let dist = FragvecSession::with_workers(&location, &urls)
+        .await
+        .unwrap();
+    // 40000 rows joined on 5 keys: 320 million pairs, many seconds of work on the workers.
+    let sql = "SELECT a.g, count(*) FROM big a JOIN big b ON a.g = b.g GROUP BY a.g";
+    let query = tokio::spawn(async move { dist.sql_one(sql).await });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!query.is_finished(), "the query should still run");
+    let killed = Instant::now();
+    workers[1].kill();
+    let outcome = tokio::time::timeout(Duration::from_secs(120), query)
+        .await
+        .expect("the query ends in bounded time after a worker died")
+        .unwrap();
+    let err = outcome.expect_err("a query that lost a worker must fail, not answer");
+    let message = err.to_string();
+    assert!(
+        message.contains("a query on workers") && message.contains(&workers[1].url),
+        "unclear error: {message}"
+    );
+    eprintln!("failed {:?} after the kill: {message}", killed.elapsed());
+}
