@@ -440,6 +440,7 @@ mod tests {
                     path: "_deletions/0-x.del".into(),
                     deleted_rows: 1,
                     read_version: m.version,
+                    crc32c: None,
                 },
             )]),
             "d".into(),
