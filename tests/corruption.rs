@@ -73,7 +73,13 @@ struct Case {
     file: PathBuf,
     what: String,
     damage: Damage,
+    /// The query that certainly reads the damaged bytes, so must report them (a correct
+    /// answer there would mean the damage went unnoticed).
+    must_fail: Option<usize>,
 }
+
+const SUM: usize = 0;
+const KNN: usize = 2;
 
 /// A query's answer in a comparable form, or its error message.
 type Answer = Result<String, String>;
@@ -130,8 +136,9 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// The files of the latest version (and of the ledger) by kind, from its manifest.
-fn current_files(db: &Path) -> Vec<(Kind, PathBuf)> {
+/// The files of the latest version (and of the ledger) by kind, from its manifest, each
+/// with the query that reads all of it (when one does).
+fn current_files(db: &Path) -> Vec<(Kind, PathBuf, Option<usize>)> {
     let table = db.join("t");
     let mut manifests: Vec<PathBuf> = std::fs::read_dir(table.join("_versions"))
         .unwrap()
@@ -142,27 +149,39 @@ fn current_files(db: &Path) -> Vec<(Kind, PathBuf)> {
     let latest = manifests.last().unwrap().clone();
     let m: serde_json::Value = serde_json::from_slice(&std::fs::read(&latest).unwrap()).unwrap();
     let rel = |p: &str| PathBuf::from("t").join(p);
-    let mut out = vec![(Kind::Manifest, latest.strip_prefix(db).unwrap().to_path_buf())];
+    // A flip in a manifest may land in a harmless field (a timestamp, a read version).
+    let mut out = vec![(
+        Kind::Manifest,
+        latest.strip_prefix(db).unwrap().to_path_buf(),
+        None,
+    )];
     for f in m["fragments"].as_array().unwrap() {
         for d in f["files"].as_array().unwrap() {
-            out.push((Kind::Data, rel(d["path"].as_str().unwrap())));
+            // sum(id) reads every data file's footer.
+            out.push((Kind::Data, rel(d["path"].as_str().unwrap()), None));
         }
         if let Some(d) = f.get("deletion") {
-            out.push((Kind::Deletion, rel(d["path"].as_str().unwrap())));
+            out.push((Kind::Deletion, rel(d["path"].as_str().unwrap()), Some(SUM)));
         }
     }
     for s in m["index_segments"].as_array().unwrap() {
-        out.push((Kind::Segment, rel(s["file"].as_str().unwrap())));
+        out.push((Kind::Segment, rel(s["file"].as_str().unwrap()), None));
     }
     for t in m["reuse_ledger"].as_array().unwrap() {
         let mapping = &t["mapping"];
         if let Some(removed) = mapping.get("removed") {
-            for r in removed.as_array().unwrap().iter().filter_map(|r| r.as_str()) {
-                out.push((Kind::Deletion, rel(r)));
+            // The KNN query translates the segment's rows through every transition.
+            for r in removed
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|r| r.as_str())
+            {
+                out.push((Kind::Deletion, rel(r), Some(KNN)));
             }
         }
         if let Some(map) = mapping.get("row_map") {
-            out.push((Kind::RowMap, rel(map.as_str().unwrap())));
+            out.push((Kind::RowMap, rel(map.as_str().unwrap()), None));
         }
     }
     out
@@ -182,7 +201,10 @@ fn data_targets(path: &Path) -> Vec<(String, std::ops::Range<u64>)> {
         let first = &offsets[0][c].page_locations()[0];
         let name = column.column_path().string();
         if (first.offset as u64) > start {
-            out.push((format!("{name} dictionary page"), start..first.offset as u64));
+            out.push((
+                format!("{name} dictionary page"),
+                start..first.offset as u64,
+            ));
         }
         let page = first.offset as u64..first.offset as u64 + first.compressed_page_size as u64;
         out.push((format!("{name} data page"), page));
@@ -205,47 +227,51 @@ fn inside(rng: &mut StdRng, range: &std::ops::Range<u64>) -> u64 {
 
 fn cases(db: &Path, rng: &mut StdRng) -> Vec<Case> {
     let mut out = Vec::new();
-    let flip = |out: &mut Vec<Case>, kind, file: &Path, what: String, at: u64, rng: &mut StdRng| {
-        out.push(Case {
-            kind,
-            file: file.to_path_buf(),
-            what,
-            damage: Damage::Flip {
-                at,
-                bit: rng.random_range(0..8),
-            },
-        });
-    };
     let mut seen = std::collections::HashSet::new();
-    for (kind, file) in current_files(db) {
+    for (kind, file, reader) in current_files(db) {
         if !seen.insert(file.clone()) {
             continue;
         }
         let full = db.join(&file);
         let len = std::fs::metadata(&full).unwrap().len();
+        let mut flip = |what: String, at: u64, must_fail: Option<usize>, rng: &mut StdRng| {
+            out.push(Case {
+                kind,
+                file: file.clone(),
+                what,
+                damage: Damage::Flip {
+                    at,
+                    bit: rng.random_range(0..8),
+                },
+                must_fail,
+            });
+        };
         match kind {
             Kind::Data => {
                 for (what, range) in data_targets(&full) {
                     let at = inside(rng, &range);
-                    flip(&mut out, kind, &file, what, at, rng);
+                    let read_by_sum = !what.starts_with("emb");
+                    flip(what, at, read_by_sum.then_some(SUM), rng);
                 }
             }
             Kind::Segment => {
-                // Partition 0 starts with its addresses; the footer is at the end.
-                for (what, at) in [
-                    ("addresses", rng.random_range(0..64)),
-                    ("vectors", len / 3),
-                    ("footer", len - 20),
-                ] {
-                    flip(&mut out, kind, &file, what.into(), at, rng);
-                }
+                // Partition 0 starts with its addresses; the footer is at the end, and
+                // every KNN query reads it.
+                flip("addresses".into(), rng.random_range(0..64), None, rng);
+                flip("vectors".into(), len / 3, None, rng);
+                flip("footer".into(), len - 20, Some(KNN), rng);
             }
             _ => {}
         }
         for _ in 0..2 {
             let at = rng.random_range(0..len);
-            flip(&mut out, kind, &file, "anywhere".into(), at, rng);
+            flip("anywhere".into(), at, reader, rng);
         }
+        let must_fail = match kind {
+            Kind::Data => Some(SUM),
+            Kind::Segment | Kind::RowMap => Some(KNN),
+            _ => reader,
+        };
         out.push(Case {
             kind,
             file: file.clone(),
@@ -253,6 +279,7 @@ fn cases(db: &Path, rng: &mut StdRng) -> Vec<Case> {
             damage: Damage::Truncate {
                 len: rng.random_range(0..len),
             },
+            must_fail,
         });
     }
     out
@@ -275,9 +302,15 @@ fn names_the_file(case: &Case, message: &str) -> bool {
     let stem = name.split('.').next().unwrap();
     message.contains(stem)
         || (case.kind == Kind::Manifest
-            && ["_versions/", "data/", "_deletions/", "_indexes/", "_rowmaps/"]
-                .iter()
-                .any(|d| message.contains(d)))
+            && [
+                "_versions/",
+                "data/",
+                "_deletions/",
+                "_indexes/",
+                "_rowmaps/",
+            ]
+            .iter()
+            .any(|d| message.contains(d)))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -289,7 +322,9 @@ async fn corrupt_files_give_the_right_answer_or_an_error_naming_them() {
     }));
     let root = tempfile::tempdir().unwrap();
     let pristine = root.path().join("pristine");
-    let session = FragvecSession::open(pristine.to_str().unwrap()).await.unwrap();
+    let session = FragvecSession::open(pristine.to_str().unwrap())
+        .await
+        .unwrap();
     for sql in SETUP {
         session.sql(sql).await.unwrap();
     }
@@ -301,8 +336,17 @@ async fn corrupt_files_give_the_right_answer_or_an_error_naming_them() {
 
     let mut rng = StdRng::seed_from_u64(0x00C0_FFEE);
     let cases = cases(&pristine, &mut rng);
-    for kind in [Kind::Data, Kind::Deletion, Kind::Segment, Kind::RowMap, Kind::Manifest] {
-        assert!(cases.iter().any(|c| c.kind == kind), "no {kind:?} file to damage");
+    for kind in [
+        Kind::Data,
+        Kind::Deletion,
+        Kind::Segment,
+        Kind::RowMap,
+        Kind::Manifest,
+    ] {
+        assert!(
+            cases.iter().any(|c| c.kind == kind),
+            "no {kind:?} file to damage"
+        );
     }
     let mut wrong = Vec::new();
     let mut caught = 0;
@@ -310,7 +354,16 @@ async fn corrupt_files_give_the_right_answer_or_an_error_naming_them() {
         let copy = root.path().join(format!("case{n}"));
         copy_dir(&pristine, &copy);
         apply(&copy, case);
-        for ((sql, got), want) in QUERIES.iter().zip(run_queries(&copy).await).zip(&expected) {
+        let answers = run_queries(&copy).await;
+        if let Some(q) = case.must_fail
+            && answers[q].is_ok()
+        {
+            wrong.push(format!(
+                "{case:?}: {} did not notice the damage",
+                QUERIES[q]
+            ));
+        }
+        for ((sql, got), want) in QUERIES.iter().zip(answers).zip(&expected) {
             match got {
                 Ok(answer) if Ok(&answer) == want.as_ref() => {}
                 Ok(answer) => wrong.push(format!(
@@ -320,9 +373,9 @@ async fn corrupt_files_give_the_right_answer_or_an_error_naming_them() {
                 Err(e) if e.contains("panicked") => {
                     wrong.push(format!("{case:?}: {sql} panicked: {e}"))
                 }
-                Err(e) if !names_the_file(case, &e) => {
-                    wrong.push(format!("{case:?}: {sql} failed without naming the file: {e}"))
-                }
+                Err(e) if !names_the_file(case, &e) => wrong.push(format!(
+                    "{case:?}: {sql} failed without naming the file: {e}"
+                )),
                 Err(_) => caught += 1,
             }
         }
@@ -334,6 +387,11 @@ async fn corrupt_files_give_the_right_answer_or_an_error_naming_them() {
         cases.len() * QUERIES.len(),
         wrong.len()
     );
-    assert!(wrong.is_empty(), "{} bad outcomes:\n{}", wrong.len(), wrong.join("\n\n"));
+    assert!(
+        wrong.is_empty(),
+        "{} bad outcomes:\n{}",
+        wrong.len(),
+        wrong.join("\n\n")
+    );
     assert_eq!(PANICS.load(Ordering::SeqCst), 0, "a query panicked");
 }
