@@ -44,6 +44,7 @@ pub const KNOWN_WRITER_FEATURES: &[&str] = &[
     feature::DELETION_FILES,
     feature::VECTOR_INDEX,
     feature::REUSE_LEDGER,
+    feature::CHECKSUMS,
 ];
 
 pub mod feature {
@@ -57,6 +58,11 @@ pub mod feature {
     /// Index segments may hold row addresses of rewritten fragments: a reader must translate
     /// them through the reuse ledger before using them.
     pub const REUSE_LEDGER: &str = "reuse_ledger";
+    /// Writer feature: data and deletion entries carry CRC32C checksums (see
+    /// [`super::super::integrity`]). A writer that does not know them would drop them when
+    /// it copies entries into its manifest, so it must not write the table. Readers that
+    /// do not know them still read correctly, unverified.
+    pub const CHECKSUMS: &str = "checksums";
 }
 
 /// Default for the `max_rows_per_fragment` table option.
@@ -258,6 +264,8 @@ impl Manifest {
         if properties.stable_row_ids {
             reader_features.insert(feature::STABLE_ROW_IDS.to_string());
         }
+        let mut writer_features = reader_features.clone();
+        writer_features.insert(feature::CHECKSUMS.to_string());
         let manifest = Manifest {
             magic: MANIFEST_MAGIC.to_string(),
             format_version: FORMAT_VERSION,
@@ -272,7 +280,7 @@ impl Manifest {
             next_segment_id: 0,
             reuse_ledger: vec![],
             next_transition_id: 0,
-            writer_features: reader_features.clone(),
+            writer_features,
             reader_features,
             transaction: TransactionRecord {
                 operation: Operation::Create,
@@ -477,8 +485,10 @@ impl Manifest {
     }
 
     /// Keeps the `vector_index` and `reuse_ledger` feature flags in step with whether the
-    /// table has indexes and ledger entries.
+    /// table has indexes and ledger entries, and marks the table as written with checksums
+    /// (every commit goes through here).
     pub fn sync_index_feature(&mut self) {
+        self.writer_features.insert(feature::CHECKSUMS.to_string());
         for flags in [&mut self.reader_features, &mut self.writer_features] {
             for (flag, on) in [
                 (feature::VECTOR_INDEX, !self.indexes.is_empty()),

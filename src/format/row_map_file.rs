@@ -120,7 +120,14 @@ impl RowMapFile {
             .await
             .map_err(|e| LedgerError::Invalid(format!("reading row map {}: {e}", self.path)))?;
         for (b, data) in missing.iter().zip(bytes) {
-            found.insert(*b, Arc::new(self.footer.decode_block(*b, &data)?));
+            let block =
+                self.footer
+                    .decode_block(*b, &data)
+                    .map_err(|source| LedgerError::RowMapFile {
+                        path: self.path.to_string(),
+                        source,
+                    })?;
+            found.insert(*b, Arc::new(block));
         }
         let mut blocks = self.blocks.lock().expect("row map lock");
         // Decoded blocks are ~130 KiB each: keep a bounded working set.

@@ -53,6 +53,13 @@ pub enum LedgerError {
     },
     #[error(transparent)]
     RowMap(#[from] row_map::RowMapError),
+    /// A block of a row-map file failed its checks when it was read.
+    #[error("corrupt row map {path}: {source}")]
+    RowMapFile {
+        path: String,
+        #[source]
+        source: row_map::RowMapError,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, LedgerError>;

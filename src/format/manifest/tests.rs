@@ -35,6 +35,64 @@ fn with_ledger(mapping: serde_json::Value) -> Vec<u8> {
     serde_json::to_vec(&v).unwrap()
 }
 
+/// Manifests written before checksums existed have no `footer`, `crc32c` or
+/// `removed_crc32c` fields and no `checksums` writer feature: they still read, unverified.
+#[test]
+fn manifests_written_before_checksums_still_read() {
+    let m = rich();
+    assert!(m.writer_features.contains(feature::CHECKSUMS));
+    let mut v: serde_json::Value = serde_json::from_slice(&m.encode()).unwrap();
+    for f in v["fragments"].as_array_mut().unwrap() {
+        f["files"][0].as_object_mut().unwrap().remove("footer");
+        f["deletion"].as_object_mut().unwrap().remove("crc32c");
+    }
+    v["writer_features"] = serde_json::json!(["deletion_files", "stable_row_ids", "vector_index"]);
+    let text = serde_json::to_string(&v).unwrap();
+    assert!(!text.contains("footer") && !text.contains("crc32c"));
+    let old = Manifest::decode(text.as_bytes(), "m", "t").unwrap();
+    for f in &old.fragments {
+        assert_eq!(f.files[0].footer, None);
+        assert_eq!(f.deletion.as_ref().unwrap().crc32c, None);
+    }
+    // New entries round-trip their checksums.
+    let again = Manifest::decode(&m.encode(), "m", "t").unwrap();
+    assert_eq!(
+        again.fragments[1].files[0].footer.unwrap().crc32c,
+        0xdead_beef
+    );
+    assert_eq!(
+        again.fragments[1].deletion.as_ref().unwrap().crc32c,
+        Some(7)
+    );
+    let ledger =
+        with_ledger(serde_json::json!({"kind": "ordered_compaction", "removed": [null, null]}));
+    match &Manifest::decode(&ledger, "m", "t").unwrap().reuse_ledger[0].mapping {
+        crate::ledger::Mapping::OrderedCompaction { removed_crc32c, .. } => {
+            assert!(removed_crc32c.is_empty())
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn checksum_entries_are_checked_when_read() {
+    let mut m = rich();
+    m.fragments[1].files[0].footer = Some(FooterChecksum {
+        offset: 100,
+        crc32c: 0,
+    });
+    let e = Manifest::decode(&m.encode(), "m", "t")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("footer offset 100"), "{e}");
+    // A removed-row checksum for a source without a removed-row file.
+    let bad = with_ledger(serde_json::json!({
+        "kind": "ordered_compaction", "removed": [null, null], "removed_crc32c": [7, null]
+    }));
+    let e = Manifest::decode(&bad, "m", "t").unwrap_err().to_string();
+    assert!(e.contains("removed-row checksums"), "{e}");
+}
+
 #[test]
 fn ledger_entries_are_checked_when_read() {
     let ok =
@@ -82,14 +140,18 @@ fn rich() -> Manifest {
                 path: format!("data/{id}.parquet"),
                 columns: vec!["id".into(), "emb".into()],
                 size_bytes: 100,
-                footer: None,
+                // Fragment 0 as written before checksums, fragment 1 with them.
+                footer: (id == 1).then_some(FooterChecksum {
+                    offset: 60,
+                    crc32c: 0xdead_beef,
+                }),
             }],
             physical_rows: ids.len() as u64,
-            deletion: (id == 0).then(|| DeletionFile {
-                path: "deletions/0.bin".into(),
+            deletion: Some(DeletionFile {
+                path: format!("deletions/{id}.bin"),
                 deleted_rows: 2,
                 read_version: 1,
-                crc32c: None,
+                crc32c: (id == 1).then_some(7),
             }),
             row_ids: Some(RowIdSequence::from_ids(ids)),
         });
