@@ -28,6 +28,7 @@
 
 mod exact;
 pub mod rows;
+mod scan;
 mod segments;
 
 use std::collections::HashMap;
