@@ -467,6 +467,69 @@ async fn exact_search_without_an_index_matches_the_reference() {
     assert_eq!(answer.stats.rows_scored, ROWS);
 }
 
+/// Exact scoring streams fragments larger than the cache budget (in batches that cut runs of
+/// scorable rows) and scores cached fragments together on every core; both must equal the
+/// reference under deletions, NULL vectors and a mask, for every metric.
+#[tokio::test]
+async fn exact_search_matches_the_reference_streamed_or_cached_in_parallel() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let snap = new_table().await;
+    let n = 40_000; // enough rows to score on every core
+    let nulls: HashSet<i64> = (0..n as i64).filter(|i| i % 97 == 0).collect();
+    let snap = append(&snap, rows(0, n, &mut rng, &nulls)).await;
+    let live: Vec<u64> = live_rows(&snap).await.iter().map(|(a, _, _)| *a).collect();
+    let doomed: Vec<u64> = live.iter().copied().filter(|a| a % 7 == 0).collect();
+    let snap = delete(&snap, &doomed).await;
+    // Long runs and isolated rows: every third block of 500 rows, plus every 11th row.
+    let mask: RoaringTreemap = live
+        .iter()
+        .copied()
+        .filter(|a| (a & 0xFFFF_FFFF) / 500 % 3 == 0 || a % 11 == 0)
+        .collect();
+    let q = query_near(2);
+    for budget in [0, 64 << 20] {
+        let cache = IndexCache::new(budget);
+        for metric in [Metric::L2, Metric::Cosine, Metric::Dot] {
+            for mask in [None, Some(&mask)] {
+                let request = KnnRequest {
+                    snapshot: &snap,
+                    column: "emb",
+                    vector: &q,
+                    metric,
+                    k: 30,
+                    index: None,
+                    nprobes: 1,
+                    refine_factor: 1,
+                    mask,
+                };
+                // Masks above the exact-mask threshold take the brute-force path.
+                assert!(mask.is_none_or(|m| m.len() > 4096));
+                let answer = search(request, &cache).await.unwrap();
+                let what = format!("budget {budget}, {metric:?}, mask {}", mask.is_some());
+                assert_eq!(
+                    got(&answer),
+                    reference(&snap, &q, metric, 30, mask).await,
+                    "{what}"
+                );
+                let qualifying = live_rows(&snap)
+                    .await
+                    .iter()
+                    .filter(|(a, _, _)| mask.is_none_or(|m| m.contains(*a)))
+                    .count();
+                assert_eq!(
+                    answer.stats.rows_scored, qualifying,
+                    "{what}: every row once"
+                );
+            }
+        }
+        if budget == 0 {
+            assert_eq!(cache.bytes_held(), 0, "streamed columns are not kept");
+        } else {
+            assert!(cache.bytes_held() >= n * DIM * 4, "cached columns are kept");
+        }
+    }
+}
+
 #[tokio::test]
 async fn rows_the_index_cannot_return_make_the_search_exact() {
     let mut rng = StdRng::seed_from_u64(11);

@@ -47,8 +47,10 @@ extensions_options! {
         pub refine_factor: usize, default = 4
         /// Bypass vector indexes: KNN queries score every row exactly.
         pub exact: bool, default = false
-        /// Bytes of index partitions a session keeps in memory.
-        pub index_cache_bytes: usize, default = 256 * 1024 * 1024
+        /// Bytes a session keeps in memory for KNN: index partitions, decoded vector
+        /// columns (exact search), small columns of result rows. Default: a quarter of the
+        /// machine's memory (or of the cgroup's limit), at least 256 MiB.
+        pub index_cache_bytes: usize, default = crate::index::cache::default_budget_bytes()
         /// VACUUM keeps files and versions younger than this (seconds): a commit in
         /// progress may still need them. Must exceed the longest write.
         pub vacuum_grace_seconds: u64, default = 900

@@ -34,6 +34,42 @@ use crate::ledger::{LedgerView, SegmentOwnership};
 const MAX_LEDGERS: usize = 64;
 const MAX_OWNERSHIPS: usize = 256;
 
+/// The default cache budget when the machine's memory cannot be read, and its floor.
+pub const FALLBACK_BUDGET_BYTES: usize = 256 * 1024 * 1024;
+
+/// The default `fragvec.index_cache_bytes`: a quarter of the memory this process may use
+/// (physical memory, or the cgroup's limit when lower), at least
+/// [`FALLBACK_BUDGET_BYTES`]; that fallback when neither can be read (not Linux).
+pub fn default_budget_bytes() -> usize {
+    let read = |path: &str| std::fs::read_to_string(path).ok();
+    budget_from(
+        read("/proc/meminfo").as_deref(),
+        read("/sys/fs/cgroup/memory.max")
+            .or_else(|| read("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+            .as_deref(),
+    )
+}
+
+/// [`default_budget_bytes`] from the text of `/proc/meminfo` and of the cgroup's limit file.
+fn budget_from(meminfo: Option<&str>, cgroup_limit: Option<&str>) -> usize {
+    let physical = meminfo.and_then(|m| {
+        let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        kb.checked_mul(1024)
+    });
+    // "max" (no limit) and absurd v1 "unlimited" values do not parse or exceed physical.
+    let limit = cgroup_limit.and_then(|l| l.trim().parse::<u64>().ok());
+    let usable = match (physical, limit) {
+        (Some(p), Some(l)) => p.min(l),
+        (Some(p), None) => p,
+        (None, Some(l)) => l,
+        (None, None) => return FALLBACK_BUDGET_BYTES,
+    };
+    usize::try_from(usable / 4)
+        .unwrap_or(usize::MAX)
+        .max(FALLBACK_BUDGET_BYTES)
+}
+
 /// The vector column of one fragment's data file, decoded, for exact scoring.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct ColumnVectors {
@@ -42,11 +78,21 @@ pub struct ColumnVectors {
     pub values: Vec<f32>,
     /// Per row: whether the vector is non-NULL.
     pub valid: Vec<bool>,
+    /// How many rows are NULL.
+    pub nulls: usize,
 }
 
 impl ColumnVectors {
     fn bytes(&self) -> usize {
         self.values.len() * 4 + self.valid.len()
+    }
+
+    /// Appends `other`'s rows.
+    pub fn append(&mut self, other: &ColumnVectors) {
+        self.dim = other.dim;
+        self.values.extend_from_slice(&other.values);
+        self.valid.extend_from_slice(&other.valid);
+        self.nulls += other.nulls;
     }
 
     /// Row `i`'s vector, or `None` for a NULL.
@@ -441,6 +487,23 @@ mod tests {
             file: "t/s".into(),
             partition: p,
         }
+    }
+
+    #[test]
+    fn default_budget_is_a_quarter_of_usable_memory_with_a_floor() {
+        let meminfo = "MemTotal:       24683652 kB\nMemFree:        14377900 kB\n";
+        let quarter = 24683652 * 1024 / 4;
+        assert_eq!(budget_from(Some(meminfo), None), quarter);
+        assert_eq!(budget_from(Some(meminfo), Some("max\n")), quarter);
+        assert_eq!(budget_from(Some(meminfo), Some("8589934592\n")), 2 << 30);
+        assert_eq!(
+            budget_from(Some(meminfo), Some("9223372036854771712")),
+            quarter
+        );
+        assert_eq!(budget_from(None, None), FALLBACK_BUDGET_BYTES);
+        assert_eq!(budget_from(Some("garbage"), None), FALLBACK_BUDGET_BYTES);
+        let small = "MemTotal: 1048576 kB";
+        assert_eq!(budget_from(Some(small), None), FALLBACK_BUDGET_BYTES);
     }
 
     #[test]

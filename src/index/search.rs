@@ -67,6 +67,21 @@ impl TopK {
         }
     }
 
+    /// The largest key a candidate may have and still enter (ties are then decided by
+    /// address): the k-th smallest key once full, else the largest `f32` in
+    /// [`f32::total_cmp`] order (a positive NaN), so every candidate enters.
+    #[inline]
+    pub fn bound(&self) -> f32 {
+        match self.heap.peek() {
+            Some(top) if self.is_full() => top.key,
+            _ => f32::from_bits(u32::MAX >> 1),
+        }
+    }
+
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
     pub fn is_full(&self) -> bool {
         self.heap.len() >= self.k
     }

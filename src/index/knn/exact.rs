@@ -1,16 +1,21 @@
-//! Exact scoring: brute force over whole fragments (on every core for large ones), and the
-//! exact keys of given rows (masked rows, PQ re-ranking). Vector columns are decoded once and
-//! kept in the [`IndexCache`](crate::index::cache::IndexCache) within its budget.
+//! Exact scoring: brute force over whole fragments (on every core once there are enough rows),
+//! and the exact keys of given rows (masked rows, PQ re-ranking). Vector columns are decoded
+//! once and kept in the [`IndexCache`](crate::index::cache::IndexCache) within its budget; a
+//! column larger than the whole budget is streamed in bounded batches instead (memory:
+//! one batch of about [`STREAM_BATCH_BYTES`] plus a top-k per thread). The scoring loop itself
+//! is in [`super::scan`].
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{Float32Type, Schema};
 use futures::StreamExt;
-use roaring::RoaringBitmap;
+use roaring::{RoaringBitmap, RoaringTreemap};
 
 use super::rows::RowReader;
+use super::scan::{Query, RowBlock, scorable_runs, score_run, split_runs};
 use super::{Counters, Searcher, exact_key};
 use crate::format::{Fragment, read_fragment};
 use crate::index::cache::ColumnVectors;
@@ -18,8 +23,14 @@ use crate::index::error::{IndexError, Result};
 use crate::index::search::{Candidate, TopK};
 use crate::ledger::ids::row_address;
 
-/// Fragments with at least this many rows are scored exactly on every core.
+/// Scoring runs on every core once it covers at least this many rows.
 const PARALLEL_SCORING_ROWS: u64 = 32 * 1024;
+
+/// A fragment whose vector column exceeds the cache budget is read and scored in batches of
+/// at most this many bytes (and at most a quarter of the budget, but at least
+/// [`STREAM_BATCH_MIN_ROWS`] rows), so memory stays bounded whatever the fragment's size.
+const STREAM_BATCH_BYTES: usize = 32 * 1024 * 1024;
+const STREAM_BATCH_MIN_ROWS: usize = 256;
 
 impl Searcher<'_> {
     pub(super) fn rows(&self) -> RowReader<'_> {
@@ -32,73 +43,136 @@ impl Searcher<'_> {
 
     /// Exact top-k over `fragments`, with deletions and the mask.
     /// `skip`: rows some segment already answers for (of fragments segments own in part).
+    ///
+    /// Each fragment's scorable rows are computed once as runs ([`scorable_runs`]); vector
+    /// columns that fit the cache budget are taken from the cache (decoded once per session)
+    /// and scored in groups of at most the budget's bytes, on every core; a column larger than
+    /// the whole budget is streamed from Parquet in bounded batches.
     pub(super) async fn brute_force(
         &self,
         fragments: &[Fragment],
         skip: &HashMap<u64, RoaringBitmap>,
     ) -> Result<Vec<Candidate>> {
-        let q = self.req.vector;
+        let query = Query::new(self.req.vector, self.req.metric);
         let k = self.req.k;
-        let metric = self.req.metric;
+        let budget = self.cache.budget();
+        let row_bytes = (self.req.vector.len() * 4 + 1) as u64;
         let mut top = TopK::new(k);
         let mut rows = 0usize;
+        let mut group: Vec<(Arc<ColumnVectors>, u64, Vec<Range<u32>>)> = Vec::new();
+        let mut group_bytes = 0u64;
         for fragment in fragments {
-            let vectors = self.fragment_vectors(fragment).await?;
-            let deleted = self.deletions.get(&fragment.id);
-            let skipped = skip.get(&fragment.id);
-            let mask = self.req.mask;
-            let id = fragment.id;
-            // Scores rows `range` of this fragment into a local top-k.
-            let score = |range: std::ops::Range<u64>| {
-                let mut top = TopK::new(k);
-                let mut rows = 0usize;
-                for offset in range {
-                    let addr = row_address(id, offset);
-                    if deleted.is_some_and(|d| d.contains(offset as u32))
-                        || skipped.is_some_and(|d| d.contains(offset as u32))
-                        || mask.is_some_and(|a| !a.contains(addr))
-                    {
-                        continue;
-                    }
-                    rows += 1;
-                    let key = exact_key(metric, q, vectors.row(offset as usize));
-                    top.push(Candidate { key, addr });
-                }
-                (top, rows)
-            };
-            let n = fragment.physical_rows;
-            let threads = if n >= PARALLEL_SCORING_ROWS {
-                std::thread::available_parallelism().map_or(1, |p| p.get())
-            } else {
-                1
-            };
-            let chunk = n.div_ceil(threads as u64).max(1);
-            let parts: Vec<(TopK, usize)> = if threads > 1 {
-                std::thread::scope(|scope| {
-                    let handles: Vec<_> = (0..n)
-                        .step_by(chunk as usize)
-                        .map(|start| {
-                            let score = &score;
-                            scope.spawn(move || score(start..(start + chunk).min(n)))
-                        })
-                        .collect();
-                    handles
-                        .into_iter()
-                        .map(|h| h.join().expect("scoring thread"))
-                        .collect()
-                })
-            } else {
-                vec![score(0..n)]
-            };
-            for (part, scored) in parts {
-                rows += scored;
-                for c in part.into_sorted() {
-                    top.push(c);
-                }
+            let runs = self.scorable(fragment, skip)?;
+            if runs.is_empty() {
+                continue;
             }
+            let bytes = fragment.physical_rows.saturating_mul(row_bytes);
+            if bytes > budget as u64 {
+                rows += self
+                    .stream_fragment(fragment, &runs, &query, &mut top)
+                    .await?;
+                continue;
+            }
+            if group_bytes + bytes > budget as u64 {
+                rows += score_group(&std::mem::take(&mut group), &query, &mut top);
+                group_bytes = 0;
+            }
+            let vectors = self.fragment_vectors(fragment).await?;
+            group.push((vectors, fragment.id, runs));
+            group_bytes += bytes;
         }
+        rows += score_group(&group, &query, &mut top);
         Counters::add(&self.counters.rows_scored, rows);
         Ok(top.into_sorted())
+    }
+
+    /// The rows of `fragment` brute force may score: not deleted, not answered by a segment
+    /// (`skip`), and in the query's mask.
+    fn scorable(
+        &self,
+        fragment: &Fragment,
+        skip: &HashMap<u64, RoaringBitmap>,
+    ) -> Result<Vec<Range<u32>>> {
+        let rows = u32::try_from(fragment.physical_rows).map_err(|_| {
+            crate::format::FormatError::corrupt(
+                format!("fragment {}", fragment.id),
+                "more rows than a row address can hold",
+            )
+        })?;
+        let mut excluded = self
+            .deletions
+            .get(&fragment.id)
+            .cloned()
+            .unwrap_or_default();
+        if let Some(s) = skip.get(&fragment.id) {
+            excluded |= s;
+        }
+        let allowed = match self.req.mask {
+            Some(mask) => Some(fragment_mask(mask, fragment.id)),
+            None => None,
+        };
+        Ok(scorable_runs(rows, &excluded, allowed.as_ref()))
+    }
+
+    /// Scores a fragment whose vector column is larger than the cache budget: batch by batch
+    /// from Parquet, each batch on every core, never holding more than one batch.
+    async fn stream_fragment(
+        &self,
+        fragment: &Fragment,
+        runs: &[Range<u32>],
+        query: &Query<'_>,
+        top: &mut TopK,
+    ) -> Result<usize> {
+        let row_bytes = (query.vector.len() * 4).max(1);
+        let batch_rows = (STREAM_BATCH_BYTES.min(self.cache.budget() / 4) / row_bytes)
+            .max(STREAM_BATCH_MIN_ROWS);
+        let mut stream = read_fragment(
+            self.req.snapshot.dir.clone(),
+            fragment,
+            self.vector_schema()?,
+            batch_rows,
+        );
+        let (mut first, mut rows, mut next_run) = (0u32, 0usize, 0usize);
+        while let Some(batch) = stream.next().await {
+            let vectors = decode_vectors(&batch?)?;
+            let block = block(&vectors, fragment.id, first);
+            let end = block.offsets().end;
+            if end as u64 > fragment.physical_rows {
+                break;
+            }
+            // The runs (or their parts) inside this batch.
+            let mut inside = Vec::new();
+            while next_run < runs.len() && runs[next_run].start < end {
+                let r = &runs[next_run];
+                inside.push((0, r.start.max(first)..r.end.min(end)));
+                if r.end <= end {
+                    next_run += 1;
+                } else {
+                    break;
+                }
+            }
+            rows += score_runs(&[block], &inside, query, top);
+            first = end;
+        }
+        if first as u64 != fragment.physical_rows {
+            return Err(crate::format::FormatError::corrupt(
+                format!("fragment {}", fragment.id),
+                "vector column row count differs from the fragment's",
+            )
+            .into());
+        }
+        Ok(rows)
+    }
+
+    /// The schema of the vector column alone.
+    fn vector_schema(&self) -> Result<Arc<Schema>> {
+        let field = self
+            .req
+            .snapshot
+            .schema
+            .field_with_name(self.req.column)?
+            .clone();
+        Ok(Arc::new(Schema::new(vec![field])))
     }
 
     /// The whole vector column of a fragment, decoded once per session (the cache's budget
@@ -107,8 +181,7 @@ impl Searcher<'_> {
         let snapshot = self.req.snapshot;
         let dir = &snapshot.dir;
         let column = self.req.column;
-        let field = snapshot.schema.field_with_name(column)?.clone();
-        let schema = Arc::new(Schema::new(vec![field]));
+        let schema = self.vector_schema()?;
         let file = fragment
             .file_for_column(column)
             .ok_or_else(|| IndexError::MissingColumn {
@@ -186,12 +259,7 @@ async fn load_vectors(
     let mut out = ColumnVectors::default();
     let mut stream = read_fragment(dir, &fragment, schema, 8192);
     while let Some(batch) = stream.next().await {
-        let batch = batch?;
-        let list = batch.column(0).as_fixed_size_list();
-        out.dim = list.value_length() as usize;
-        out.values
-            .extend_from_slice(list.values().as_primitive::<Float32Type>().values());
-        out.valid.extend((0..list.len()).map(|i| list.is_valid(i)));
+        out.append(&decode_vectors(&batch?)?);
     }
     if out.valid.len() as u64 != fragment.physical_rows {
         return Err(crate::format::FormatError::corrupt(
@@ -201,4 +269,103 @@ async fn load_vectors(
         .into());
     }
     Ok(out)
+}
+
+/// The vectors of a batch whose one column is a vector column.
+fn decode_vectors(batch: &RecordBatch) -> Result<ColumnVectors> {
+    let list = batch.column(0).as_fixed_size_list();
+    let dim = list.value_length() as usize;
+    let values = list.values().as_primitive::<Float32Type>().values();
+    let valid: Vec<bool> = (0..list.len()).map(|i| list.is_valid(i)).collect();
+    Ok(ColumnVectors {
+        dim,
+        values: values[..list.len() * dim].to_vec(),
+        nulls: list.null_count(),
+        valid,
+    })
+}
+
+/// The rows of fragment `id` the mask admits (the mask holds row addresses, whose high 32 bits
+/// are the fragment id).
+fn fragment_mask(mask: &RoaringTreemap, id: u64) -> RoaringBitmap {
+    mask.bitmaps()
+        .find(|(high, _)| u64::from(*high) == id)
+        .map(|(_, b)| b.clone())
+        .unwrap_or_default()
+}
+
+/// `vectors` as a block of fragment `fragment` starting at offset `first`.
+fn block(vectors: &ColumnVectors, fragment: u64, first: u32) -> RowBlock<'_> {
+    RowBlock {
+        fragment,
+        first,
+        dim: vectors.dim,
+        values: &vectors.values,
+        valid: (vectors.nulls > 0).then_some(&vectors.valid[..]),
+    }
+}
+
+/// Scores cached fragments (vectors, fragment id, runs) together.
+fn score_group(
+    group: &[(Arc<ColumnVectors>, u64, Vec<Range<u32>>)],
+    query: &Query,
+    top: &mut TopK,
+) -> usize {
+    let blocks: Vec<RowBlock> = group.iter().map(|(v, id, _)| block(v, *id, 0)).collect();
+    let runs: Vec<(usize, Range<u32>)> = group
+        .iter()
+        .enumerate()
+        .flat_map(|(b, (_, _, runs))| runs.iter().map(move |r| (b, r.clone())))
+        .collect();
+    score_runs(&blocks, &runs, query, top)
+}
+
+/// Scores `runs` of `blocks` into `top`, on every core when there are enough rows.
+fn score_runs(
+    blocks: &[RowBlock],
+    runs: &[(usize, Range<u32>)],
+    query: &Query,
+    top: &mut TopK,
+) -> usize {
+    let total: u64 = runs.iter().map(|(_, r)| r.len() as u64).sum();
+    let threads = if total >= PARALLEL_SCORING_ROWS {
+        std::thread::available_parallelism().map_or(1, |p| p.get())
+    } else {
+        1
+    };
+    let k = top.k();
+    let score = |part: &[(usize, Range<u32>)]| {
+        let mut local = TopK::new(k);
+        let rows: usize = part
+            .iter()
+            .map(|(b, r)| score_run(&blocks[*b], r.clone(), query, &mut local))
+            .sum();
+        (local, rows)
+    };
+    let parts: Vec<(TopK, usize)> = if threads > 1 {
+        let shares = split_runs(runs, threads);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = shares
+                .iter()
+                .map(|share| {
+                    let score = &score;
+                    scope.spawn(move || score(share))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("scoring thread"))
+                .collect()
+        })
+    } else {
+        vec![score(runs)]
+    };
+    let mut rows = 0;
+    for (part, scored) in parts {
+        rows += scored;
+        for c in part.into_sorted() {
+            top.push(c);
+        }
+    }
+    rows
 }

@@ -32,6 +32,7 @@
 
 mod exact;
 pub mod rows;
+mod scan;
 mod segments;
 pub mod share;
 

@@ -1,0 +1,306 @@
+#!/usr/bin/env python3
+"""Runs the KNN benchmark on one data directory with every system, one after the other in
+one run, and prints one Markdown table with ratios.
+
+    python bench/compare.py --data DIR                       # numpy, faiss, lance, fragvec
+    python bench/compare.py --data DIR --systems fragvec,lance
+
+Systems (each runs in its own process, so each peak RSS is its own):
+  numpy    exact brute force by matrix product (|x|² − 2 x·q with precomputed norms) over
+           vectors.npy in memory; filtered = the same over the category's rows, selected
+           beforehand (filter precomputed)
+  faiss    IndexIVFFlat (√N partitions, faiss's own training sample), one query per call;
+           filtered = IDSelectorBitmap of the category, precomputed
+  lance    pylance IVF_FLAT on a Lance copy of items.parquet (DIR/lance-items, written once);
+           filtered = `category = c` with prefilter=True
+  fragvec  `cargo run --release --example knn_bench -- --data DIR --json` (see that file):
+           loads items.parquet through SQL, builds IVF_FLAT, queries through SQL
+
+Every system gets the same queries one at a time, a warm-up pass before each timed pass,
+nprobes set exactly (min = max), and recall@10 against the float64 ground truth written by
+gen_data.py. A package that cannot be imported is reported and its system skipped.
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+K = 10
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+# ---------------------------------------------------------------- shared helpers
+
+def emit(**record):
+    print(json.dumps(record), flush=True)
+
+
+def peak_rss():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def load_workload(data):
+    import numpy as np
+    with open(os.path.join(data, "meta.json")) as f:
+        meta = json.load(f)
+    w = {
+        "meta": meta,
+        "queries": np.load(os.path.join(data, "queries.npy")),
+        "qcat": np.load(os.path.join(data, "query_category.npy")),
+        "gt": np.load(os.path.join(data, "gt.npy"))[:, :K],
+        "gt_f": np.load(os.path.join(data, "gt_filtered.npy"))[:, :K],
+    }
+    return w
+
+
+def timed_queries(system, mode, nprobes, w, search, filtered):
+    """Runs `search(i) -> ids` for every query: a warm-up pass, then a timed one."""
+    import numpy as np
+    nq = len(w["queries"])
+    for i in range(nq):
+        search(i)
+    lat, recall, short = [], 0.0, 0
+    for i in range(nq):
+        t = time.perf_counter()
+        found = search(i)
+        lat.append(time.perf_counter() - t)
+        truth = w["gt_f"][i] if filtered else w["gt"][i]
+        truth = set(int(x) for x in truth if x >= 0)
+        found = [int(x) for x in found if x >= 0]
+        if len(found) < len(truth):
+            short += 1
+        recall += len(truth.intersection(found)) / len(truth) if truth else 1.0
+    lat = np.sort(np.array(lat))
+    pick = lambda p: float(lat[int(round((len(lat) - 1) * p))]) * 1e3
+    emit(system=system, mode=mode, nprobes=nprobes, recall=recall / nq,
+         p50_ms=pick(0.5), p95_ms=pick(0.95), short=short)
+
+
+def partitions(meta, override):
+    return override or max(1, round(meta["rows"] ** 0.5))
+
+
+# ---------------------------------------------------------------- the systems
+
+def run_numpy(a):
+    import numpy as np
+    w = load_workload(a.data)
+    t = time.perf_counter()
+    x = np.load(os.path.join(a.data, "vectors.npy"))
+    emit(system="numpy", metric="load (vectors.npy)", value=time.perf_counter() - t, unit="s")
+    cat = np.load(os.path.join(a.data, "category.npy"))
+    norms = np.einsum("ij,ij->i", x, x)
+
+    def top(d, ids=None):
+        i = np.argpartition(d, K - 1)[:K] if len(d) > K else np.arange(len(d))
+        i = i[np.argsort(d[i])]
+        return i if ids is None else ids[i]
+
+    q = w["queries"]
+    timed_queries("numpy", "exact", None, w, lambda i: top(norms - 2.0 * (x @ q[i])), False)
+    groups = {}
+    for c in np.unique(w["qcat"]):
+        ids = np.flatnonzero(cat == c)
+        groups[int(c)] = (ids, np.ascontiguousarray(x[ids]), norms[ids])
+
+    def filtered(i):
+        ids, xs, ns = groups[int(w["qcat"][i])]
+        return top(ns - 2.0 * (xs @ q[i]), ids)
+
+    timed_queries("numpy", "filtered exact", None, w, filtered, True)
+    emit(system="numpy", metric="peak RSS", value=peak_rss() / 1e6, unit="MB")
+
+
+def run_faiss(a):
+    import faiss
+    import numpy as np
+    w = load_workload(a.data)
+    x = np.load(os.path.join(a.data, "vectors.npy"))
+    cat = np.load(os.path.join(a.data, "category.npy"))
+    n, d = x.shape
+    t = time.perf_counter()
+    quantizer = faiss.IndexFlatL2(d)
+    index = faiss.IndexIVFFlat(quantizer, d, partitions(w["meta"], a.partitions))
+    index.train(x)
+    index.add(x)
+    emit(system="faiss", metric="index build (IVF_FLAT)", value=time.perf_counter() - t,
+         unit="s")
+    emit(system="faiss", metric="version", value=faiss.__version__, unit="")
+    q = w["queries"]
+    for nprobes in a.nprobes:
+        index.nprobe = nprobes
+        timed_queries("faiss", "ivf", nprobes, w,
+                      lambda i: index.search(q[i:i + 1], K)[1][0], False)
+    bitmaps = {int(c): np.packbits(cat == c, bitorder="little") for c in np.unique(w["qcat"])}
+    selectors = {c: faiss.IDSelectorBitmap(n, faiss.swig_ptr(b)) for c, b in bitmaps.items()}
+    for nprobes in a.filtered_nprobes:
+        params = {c: faiss.SearchParametersIVF(sel=s, nprobe=nprobes)
+                  for c, s in selectors.items()}
+        timed_queries(
+            "faiss", "filtered", nprobes, w,
+            lambda i: index.search(q[i:i + 1], K, params=params[int(w["qcat"][i])])[1][0],
+            True)
+    emit(system="faiss", metric="peak RSS", value=peak_rss() / 1e6, unit="MB")
+
+
+def run_lance(a):
+    import lance
+    import pyarrow.parquet as pq
+    w = load_workload(a.data)
+    path = os.path.join(a.data, "lance-items")
+    if not os.path.exists(path):
+        t = time.perf_counter()
+        lance.write_dataset(pq.ParquetFile(os.path.join(a.data, "items.parquet")).iter_batches(
+            batch_size=65536), path, schema=pq.read_schema(os.path.join(a.data, "items.parquet")))
+        emit(system="lance", metric="load (write dataset, once)",
+             value=time.perf_counter() - t, unit="s")
+    ds = lance.dataset(path)
+    t = time.perf_counter()
+    ds.create_index("emb", index_type="IVF_FLAT", metric="L2", replace=True,
+                    num_partitions=partitions(w["meta"], a.partitions))
+    emit(system="lance", metric="index build (IVF_FLAT)", value=time.perf_counter() - t, unit="s")
+    emit(system="lance", metric="version", value=lance.__version__, unit="")
+    ds = lance.dataset(path)
+    q = w["queries"]
+
+    def search(i, nprobes, filtered):
+        kw = dict(filter=f"category = {int(w['qcat'][i])}", prefilter=True) if filtered else {}
+        t = ds.to_table(columns=["id"], nearest={"column": "emb", "q": q[i], "k": K,
+                                                 "nprobes": nprobes},
+                         disable_scoring_autoprojection=True, **kw)
+        return t.column("id").to_numpy()
+
+    for nprobes in a.nprobes:
+        timed_queries("lance", "ivf", nprobes, w, lambda i: search(i, nprobes, False), False)
+    for nprobes in a.filtered_nprobes:
+        timed_queries("lance", "filtered", nprobes, w, lambda i: search(i, nprobes, True), True)
+    emit(system="lance", metric="peak RSS", value=peak_rss() / 1e6, unit="MB")
+
+
+RUNNERS = {"numpy": run_numpy, "faiss": run_faiss, "lance": run_lance}
+
+
+# ---------------------------------------------------------------- driver and table
+
+def collect(a, system):
+    """Runs one system in its own process; returns its JSON records (or an error)."""
+    common = ["--data", a.data, "--nprobes", ",".join(map(str, a.nprobes)),
+              "--filtered-nprobes", ",".join(map(str, a.filtered_nprobes))]
+    if a.partitions:
+        common += ["--partitions", str(a.partitions)]
+    if system == "fragvec":
+        cmd = a.fragvec_cmd.split() + common + ["--json"] + a.fragvec_args.split()
+    else:
+        cmd = [sys.executable, os.path.abspath(__file__), "--run", system] + common
+    print(f"== {system}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    records = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    if p.returncode != 0:
+        print(f"== {system} failed (exit {p.returncode})", file=sys.stderr)
+        records.append({"system": system, "error": f"exit {p.returncode}"})
+    return records
+
+
+def fmt_ms(r):
+    if r is None:
+        return "–"
+    s = f"{r['p50_ms']:.2f} ms (r {r['recall']:.3f})"
+    if r.get("short"):
+        s += f", {r['short']} short"
+    return s
+
+
+def table(a, records):
+    systems = [s for s in a.systems if any(r.get("system") == s for r in records)]
+    find = lambda s, **kv: next((r for r in records if r.get("system") == s and
+                                 all(r.get(k) == v for k, v in kv.items())), None)
+    lines = []
+    head = ["measure"] + systems + ["fragvec ÷ lance", "fragvec ÷ faiss", "fragvec ÷ numpy"]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "---|" * len(head))
+
+    def ratio(f, other):
+        return f"{f / other:.2f}×" if f is not None and other else "–"
+
+    def row(label, cells, values):
+        fv = values.get("fragvec")
+        lines.append("| " + " | ".join([label] + [cells.get(s, "–") for s in systems] +
+                                       [ratio(fv, values.get(o)) for o in
+                                        ("lance", "faiss", "numpy")]) + " |")
+
+    for metric, label in [("index build (IVF_FLAT)", "index build (s)")]:
+        vals = {s: (find(s, metric=metric) or {}).get("value") for s in systems}
+        row(label, {s: f"{v:.1f} s" for s, v in vals.items() if v is not None}, vals)
+    for n in a.nprobes:
+        rs = {s: find(s, mode="ivf", nprobes=n) for s in systems}
+        row(f"p50 nprobes {n}", {s: fmt_ms(r) for s, r in rs.items() if r},
+            {s: r["p50_ms"] for s, r in rs.items() if r})
+    for n in a.nprobes:
+        rs = {s: find(s, mode="ivf", nprobes=n) for s in systems}
+        row(f"p95 / p50 nprobes {n}",
+            {s: f"{r['p95_ms']:.2f} ms / {r['p95_ms'] / r['p50_ms']:.2f}"
+             for s, r in rs.items() if r}, {})
+    for n in a.filtered_nprobes:
+        rs = {s: find(s, mode="filtered", nprobes=n) for s in systems}
+        rs["numpy"] = find("numpy", mode="filtered exact")
+        row(f"filtered p50 nprobes {n} (numpy: exact, filter precomputed)",
+            {s: fmt_ms(r) for s, r in rs.items() if r},
+            {s: r["p50_ms"] for s, r in rs.items() if r})
+    rs = {"fragvec": find("fragvec", mode="exact"), "numpy": find("numpy", mode="exact")}
+    row("exact p50", {s: fmt_ms(r) for s, r in rs.items() if r},
+        {s: r["p50_ms"] for s, r in rs.items() if r})
+    r = find("fragvec", mode="ivf via SessionContext::sql")
+    if r:
+        row("fragvec via SessionContext::sql, nprobes 16", {"fragvec": fmt_ms(r)}, {})
+    vals = {s: (find(s, metric="peak RSS") or {}).get("value") for s in systems}
+    row("peak RSS", {s: f"{v:,.0f} MB" for s, v in vals.items() if v is not None}, {})
+    for r in records:
+        if "error" in r:
+            lines.append(f"\n{r['system']}: {r['error']}")
+    versions = ", ".join(f"{r['system']} {r['value']}" for r in records
+                         if r.get("metric") == "version")
+    return "\n".join(lines) + (f"\n\n({versions})" if versions else "")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--systems", default="numpy,faiss,lance,fragvec")
+    ap.add_argument("--nprobes", default="1,4,8,16,32")
+    ap.add_argument("--filtered-nprobes", default="4,16")
+    ap.add_argument("--partitions", type=int)
+    ap.add_argument("--fragvec-cmd",
+                    default=f"cargo run --release --manifest-path "
+                            f"{os.path.join(HERE, '..', 'Cargo.toml')} --example knn_bench --")
+    ap.add_argument("--fragvec-args", default="", help="more arguments for knn_bench")
+    ap.add_argument("--run", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    a.nprobes = [int(x) for x in a.nprobes.split(",") if x]
+    a.filtered_nprobes = [int(x) for x in a.filtered_nprobes.split(",") if x]
+    a.systems = [s for s in a.systems.split(",") if s]
+    if a.run:
+        try:
+            RUNNERS[a.run](a)
+        except ImportError as e:
+            print(f"{a.run}: cannot import ({e}); skipped", file=sys.stderr)
+            sys.exit(3)
+        return
+    with open(os.path.join(a.data, "meta.json")) as f:
+        meta = json.load(f)
+    records = []
+    for s in a.systems:
+        records += collect(a, s)
+    with open(os.path.join(a.data, "results.jsonl"), "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    print(f"\n{meta['rows']:,} × {meta['dim']}, {partitions(meta, a.partitions)} partitions, "
+          f"k = {K}, {meta['queries']} queries one at a time (r = recall@10)\n")
+    print(table(a, records))
+
+
+if __name__ == "__main__":
+    main()

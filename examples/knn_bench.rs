@@ -1,0 +1,416 @@
+//! The KNN benchmark on a data directory that other systems read too (see `bench/README.md`).
+//!
+//! ```sh
+//! python bench/gen_data.py --rows 1000000 --dim 128 --out DATA     # once, fixed seed
+//! cargo run --release --example knn_bench -- --data DATA
+//! ```
+//!
+//! Loads `DATA/items.parquet` through SQL (`CREATE EXTERNAL TABLE ... STORED AS PARQUET`, then
+//! `INSERT INTO items SELECT ...` into a fragvec table), builds an IVF_FLAT index with √N
+//! partitions, runs the 200 queries one at a time through `FragvecSession::sql` and prints
+//! load and build time, recall@10 and p50/p95 latency per `nprobes`, filtered KNN
+//! (`WHERE category = c`, ~10% of rows), exact KNN (`fragvec.exact = true`), the same KNN
+//! through plain `SessionContext::sql`, and peak resident memory (`VmHWM`). Recall is against
+//! the float64 ground truth in `gt.npy` / `gt_filtered.npy`. Every query set runs once
+//! untimed first (warm caches), then timed. `--json` prints one JSON object per measurement
+//! (what `bench/compare.py` reads) instead of the table.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::datatypes::Int64Type;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::prelude::SessionContext;
+use fragvec::FragvecSession;
+
+const K: usize = 10;
+
+#[derive(Parser, Debug)]
+#[command(about = "KNN benchmark over a data directory written by bench/gen_data.py")]
+struct Args {
+    /// Directory with items.parquet, queries.npy, query_category.npy, gt.npy, gt_filtered.npy.
+    #[arg(long)]
+    data: PathBuf,
+    /// Where the fragvec database is created (default: DATA/fragvec-db; replaced each run).
+    #[arg(long)]
+    db: Option<PathBuf>,
+    /// nprobes values of the IVF sweep.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 4, 8, 16, 32])]
+    nprobes: Vec<usize>,
+    /// nprobes values of the filtered runs.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![4, 16])]
+    filtered_nprobes: Vec<usize>,
+    /// Queries of the exact run (0 skips it).
+    #[arg(long, default_value_t = usize::MAX)]
+    exact_queries: usize,
+    /// IVF partitions (default √rows).
+    #[arg(long)]
+    partitions: Option<usize>,
+    /// `fragvec.index_cache_bytes` (default: fragvec's default).
+    #[arg(long)]
+    cache_bytes: Option<usize>,
+    /// One JSON object per measurement on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Keep the database after the run.
+    #[arg(long)]
+    keep: bool,
+}
+
+/// A little-endian `.npy` array (version 1–3, C order): its shape and raw element bytes.
+struct Npy {
+    shape: Vec<usize>,
+    descr: String,
+    data: Vec<u8>,
+}
+
+impl Npy {
+    fn read(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| DataFusionError::Execution(format!("{}: {e}", path.display())))?;
+        let bad = |what: &str| DataFusionError::Execution(format!("{}: {what}", path.display()));
+        if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
+            return Err(bad("not a .npy file"));
+        }
+        let (header_len, start) = match bytes[6] {
+            1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+            2 | 3 => (
+                u32::from_le_bytes(bytes[8..12].try_into().expect("4")) as usize,
+                12,
+            ),
+            v => return Err(bad(&format!("unsupported .npy version {v}"))),
+        };
+        let header = std::str::from_utf8(&bytes[start..start + header_len])
+            .map_err(|_| bad("header is not text"))?;
+        let field = |name: &str| {
+            let at = header
+                .find(&format!("'{name}':"))
+                .ok_or_else(|| bad(&format!("header lacks {name}")))?;
+            Ok::<_, DataFusionError>(header[at + name.len() + 3..].trim_start())
+        };
+        if field("fortran_order")?.starts_with("True") {
+            return Err(bad("Fortran order is not supported"));
+        }
+        let descr = field("descr")?;
+        let descr = descr[1..descr[1..].find('\'').ok_or_else(|| bad("descr"))? + 1].to_string();
+        let shape = field("shape")?;
+        let shape: Vec<usize> = shape[1..shape.find(')').ok_or_else(|| bad("shape"))?]
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().map_err(|_| bad("shape")))
+            .collect::<Result<_>>()?;
+        let data = bytes[start + header_len..].to_vec();
+        let npy = Self { shape, descr, data };
+        if npy.data.len() != npy.shape.iter().product::<usize>() * npy.width() {
+            return Err(bad("data length does not match the shape"));
+        }
+        Ok(npy)
+    }
+
+    fn width(&self) -> usize {
+        self.descr[2..].parse().unwrap_or(0)
+    }
+
+    fn rows<T: Copy>(&self, descr: &str, decode: fn(&[u8]) -> T) -> Result<Vec<Vec<T>>> {
+        if self.descr != descr {
+            return Err(DataFusionError::Execution(format!(
+                "expected {descr}, found {}",
+                self.descr
+            )));
+        }
+        let cols = self.shape.get(1).copied().unwrap_or(1).max(1);
+        let w = self.width();
+        Ok(self
+            .data
+            .chunks_exact(w * cols)
+            .map(|row| row.chunks_exact(w).map(decode).collect())
+            .collect())
+    }
+}
+
+/// The query side of a data directory.
+struct Workload {
+    queries: Vec<Vec<f32>>,
+    categories: Vec<i32>,
+    truth: Vec<Vec<i64>>,
+    truth_filtered: Vec<Vec<i64>>,
+    rows: usize,
+    dim: usize,
+}
+
+impl Workload {
+    fn read(dir: &Path) -> Result<Self> {
+        let f32s = |b: &[u8]| f32::from_le_bytes(b.try_into().expect("4"));
+        let i32s = |b: &[u8]| i32::from_le_bytes(b.try_into().expect("4"));
+        let i64s = |b: &[u8]| i64::from_le_bytes(b.try_into().expect("8"));
+        let top = |mut ids: Vec<i64>| {
+            ids.retain(|i| *i >= 0);
+            ids.truncate(K);
+            ids
+        };
+        let queries = Npy::read(&dir.join("queries.npy"))?.rows("<f4", f32s)?;
+        let categories = Npy::read(&dir.join("query_category.npy"))?
+            .rows("<i4", i32s)?
+            .into_iter()
+            .map(|r| r[0])
+            .collect();
+        let truth = Npy::read(&dir.join("gt.npy"))?.rows("<i8", i64s)?;
+        let truth_filtered = Npy::read(&dir.join("gt_filtered.npy"))?.rows("<i8", i64s)?;
+        let meta: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(dir.join("meta.json"))
+                .map_err(|e| DataFusionError::Execution(format!("meta.json: {e}")))?,
+        )
+        .map_err(|e| DataFusionError::Execution(format!("meta.json: {e}")))?;
+        let rows = meta["rows"].as_u64().unwrap_or(0) as usize;
+        Ok(Self {
+            dim: queries.first().map_or(0, Vec::len),
+            queries,
+            categories,
+            truth: truth.into_iter().map(top).collect(),
+            truth_filtered: truth_filtered.into_iter().map(top).collect(),
+            rows,
+        })
+    }
+}
+
+/// One timed query set.
+struct Measured {
+    recall: f64,
+    p50: Duration,
+    p95: Duration,
+    short: usize,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// A vector as a SQL array literal; `{}` prints the shortest text that reads back as the
+/// same `f32`, so the query vector is exactly the stored one.
+fn literal(q: &[f32]) -> String {
+    let parts: Vec<String> = q.iter().map(|x| format!("{x}")).collect();
+    format!("[{}]", parts.join(","))
+}
+
+fn ids(batches: &[RecordBatch]) -> Vec<i64> {
+    batches
+        .iter()
+        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+        .collect()
+}
+
+/// Which front end runs the queries.
+#[derive(Clone, Copy)]
+enum FrontEnd {
+    /// `FragvecSession::sql`.
+    Session,
+    /// Plain `SessionContext::sql` on the context fragvec registered into.
+    Context,
+}
+
+async fn run_queries(
+    session: &FragvecSession,
+    work: &Workload,
+    filtered: bool,
+    limit: usize,
+    front: FrontEnd,
+) -> Result<Measured> {
+    let n = work.queries.len().min(limit);
+    let sql: Vec<String> = (0..n)
+        .map(|i| {
+            let filter = if filtered {
+                format!("WHERE category = {} ", work.categories[i])
+            } else {
+                String::new()
+            };
+            format!(
+                "SELECT id FROM items {filter}ORDER BY l2_distance(emb, {}) LIMIT {K}",
+                literal(&work.queries[i])
+            )
+        })
+        .collect();
+    let run_one = async |sql: &str| -> Result<Vec<i64>> {
+        Ok(match front {
+            FrontEnd::Session => ids(&session.sql_one(sql).await?.batches),
+            FrontEnd::Context => ids(&session.context().sql(sql).await?.collect().await?),
+        })
+    };
+    for s in &sql {
+        run_one(s).await?; // warm-up
+    }
+    let (mut lat, mut recall, mut short) = (Vec::with_capacity(n), 0.0, 0);
+    for (i, s) in sql.iter().enumerate() {
+        let t = Instant::now();
+        let found = run_one(s).await?;
+        lat.push(t.elapsed());
+        let truth = if filtered {
+            &work.truth_filtered[i]
+        } else {
+            &work.truth[i]
+        };
+        if found.len() < truth.len() {
+            short += 1;
+        }
+        let hits = found.iter().filter(|id| truth.contains(id)).count();
+        recall += if truth.is_empty() {
+            1.0
+        } else {
+            hits as f64 / truth.len() as f64
+        };
+    }
+    lat.sort();
+    Ok(Measured {
+        recall: recall / n as f64,
+        p50: percentile(&lat, 0.5),
+        p95: percentile(&lat, 0.95),
+        short,
+    })
+}
+
+/// Peak and current resident memory of this process (`VmHWM`, `VmRSS`), in bytes.
+fn memory() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+/// Prints measurements as a table or as JSON lines.
+struct Report {
+    json: bool,
+}
+
+impl Report {
+    fn value(&self, metric: &str, value: f64, unit: &str) {
+        if self.json {
+            println!(
+                "{}",
+                serde_json::json!({"system": "fragvec", "metric": metric, "value": value, "unit": unit})
+            );
+        } else {
+            println!("{metric:<34} {value:>12.3} {unit}");
+        }
+    }
+
+    fn queries(&self, mode: &str, nprobes: Option<usize>, m: &Measured) {
+        if self.json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "system": "fragvec", "mode": mode, "nprobes": nprobes,
+                    "recall": m.recall, "p50_ms": m.p50.as_secs_f64() * 1e3,
+                    "p95_ms": m.p95.as_secs_f64() * 1e3, "short": m.short,
+                })
+            );
+        } else {
+            let label = match nprobes {
+                Some(n) => format!("{mode} nprobes={n}"),
+                None => mode.to_string(),
+            };
+            println!(
+                "{label:<34} recall@10 {:.4}  p50 {:>8.3} ms  p95 {:>8.3} ms  p95/p50 {:.2}{}",
+                m.recall,
+                m.p50.as_secs_f64() * 1e3,
+                m.p95.as_secs_f64() * 1e3,
+                m.p95.as_secs_f64() / m.p50.as_secs_f64(),
+                if m.short > 0 {
+                    format!("  ({} short answers)", m.short)
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let work = Workload::read(&args.data)?;
+    let data = std::fs::canonicalize(&args.data)?;
+    let db = args.db.clone().unwrap_or_else(|| data.join("fragvec-db"));
+    if db.exists() {
+        std::fs::remove_dir_all(&db)?;
+    }
+    std::fs::create_dir_all(&db)?;
+    let report = Report { json: args.json };
+    let (rows, dim) = (work.rows, work.dim);
+    let partitions = args
+        .partitions
+        .unwrap_or_else(|| ((rows as f64).sqrt().round() as usize).max(1));
+    eprintln!(
+        "{rows} x {dim}, {} queries, k = {K}, {partitions} partitions",
+        work.queries.len()
+    );
+
+    let ctx = SessionContext::new();
+    let session = fragvec::register(&ctx, db.to_str().expect("utf-8 path")).await?;
+    if let Some(b) = args.cache_bytes {
+        session
+            .sql(&format!("SET fragvec.index_cache_bytes = {b}"))
+            .await?;
+    }
+    let t = Instant::now();
+    session
+        .sql(&format!(
+            "CREATE EXTERNAL TABLE src STORED AS PARQUET LOCATION '{}';
+             CREATE TABLE items (id BIGINT NOT NULL, category INT NOT NULL, emb VECTOR({dim}));
+             INSERT INTO items SELECT id, category, emb FROM src;",
+            data.join("items.parquet").display()
+        ))
+        .await?;
+    report.value("load (INSERT from Parquet)", t.elapsed().as_secs_f64(), "s");
+    let t = Instant::now();
+    session
+        .sql(&format!(
+            "CREATE VECTOR INDEX items_idx ON items (emb) USING IVF_FLAT \
+             WITH (num_partitions = {partitions})"
+        ))
+        .await?;
+    report.value("index build (IVF_FLAT)", t.elapsed().as_secs_f64(), "s");
+    report.value("peak RSS after build", memory().0 as f64 / 1e6, "MB");
+
+    for &n in &args.nprobes {
+        session.sql(&format!("SET fragvec.nprobes = {n}")).await?;
+        let m = run_queries(&session, &work, false, usize::MAX, FrontEnd::Session).await?;
+        report.queries("ivf", Some(n), &m);
+    }
+    for &n in &args.filtered_nprobes {
+        session.sql(&format!("SET fragvec.nprobes = {n}")).await?;
+        let m = run_queries(&session, &work, true, usize::MAX, FrontEnd::Session).await?;
+        report.queries("filtered", Some(n), &m);
+    }
+    session.sql("SET fragvec.nprobes = 16").await?;
+    let m = run_queries(&session, &work, false, usize::MAX, FrontEnd::Context).await?;
+    report.queries("ivf via SessionContext::sql", Some(16), &m);
+    if args.exact_queries > 0 {
+        session.sql("SET fragvec.exact = true").await?;
+        let m = run_queries(
+            &session,
+            &work,
+            false,
+            args.exact_queries,
+            FrontEnd::Session,
+        )
+        .await?;
+        report.queries("exact", None, &m);
+        session.sql("SET fragvec.exact = false").await?;
+    }
+    let (peak, now) = memory();
+    report.value("peak RSS", peak as f64 / 1e6, "MB");
+    report.value("RSS at the end", now as f64 / 1e6, "MB");
+    if !args.keep {
+        std::fs::remove_dir_all(&db)?;
+    }
+    Ok(())
+}
