@@ -1,8 +1,8 @@
 //! Queries across machines, on datafusion-distributed: fragvec's integration in one place
 //! (a layer above `engine`; nothing below names it).
 //!
-//! * [`coordinator`]: [`FragvecSession::with_workers`](crate::FragvecSession::with_workers),
-//!   a session whose queries run on workers; statements that write stay on the coordinator.
+//! * [`coordinator`]: `FragvecSession::with_workers`, a session whose queries run on
+//!   workers; statements that write stay on the coordinator.
 //! * [`worker`]: the worker (`fragvec worker`): sessions with fragvec's functions, options,
 //!   codec and databases; in-process workers for tests.
 //! * [`codec`]: `FragmentScanExec` and `KnnExec` on the wire.

@@ -239,7 +239,8 @@ async fn damaged_nodes_are_refused_with_a_clear_error() {
         )
         .unwrap();
     let good = NodeProto::decode(buf.as_slice()).unwrap();
-    let damage: Vec<(&str, Box<dyn Fn(&mut NodeProto)>)> = vec![
+    type Damage = Box<dyn Fn(&mut NodeProto)>;
+    let damage: Vec<(&str, Damage)> = vec![
         ("wire version 9", Box::new(|n| n.wire_version = 9)),
         (
             "the manifest is version",
