@@ -130,7 +130,9 @@ async fn an_index_append_prepared_during_a_retrain_conflicts() {
             .unwrap();
         let append_armed = append_gate.arm();
         let append =
-            tokio::spawn(async move { append_session.sql_one("OPTIMIZE INDEX i ON t APPEND").await });
+            tokio::spawn(
+                async move { append_session.sql_one("OPTIMIZE INDEX i ON t APPEND").await },
+            );
         append_armed.arrived.await.unwrap();
         let _ = retrain_armed.release.send(());
         retrain.await.unwrap().unwrap();
@@ -174,13 +176,19 @@ async fn vacuum_keeps_what_a_commit_in_progress_needs() {
         .unwrap();
     // The version ours reads must be older than the grace period (1 s).
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
-    for ours_sql in ["DELETE FROM t WHERE id = 1", "INSERT INTO t VALUES (100, 0)"] {
+    for ours_sql in [
+        "DELETE FROM t WHERE id = 1",
+        "INSERT INTO t VALUES (100, 0)",
+    ] {
         let gate = Arc::new(Gate::default());
         let ours = scenario::gated_session(db, gate.clone()).await;
         let armed = gate.arm();
         let task = tokio::spawn(async move { ours.sql_one(ours_sql).await });
         armed.arrived.await.unwrap();
-        plain.sql("DELETE FROM t WHERE id = 2 OR id = 3").await.unwrap();
+        plain
+            .sql("DELETE FROM t WHERE id = 2 OR id = 3")
+            .await
+            .unwrap();
         plain
             .sql("SET fragvec.vacuum_grace_seconds = 1; VACUUM t RETAIN 1 VERSIONS")
             .await
@@ -190,12 +198,12 @@ async fn vacuum_keeps_what_a_commit_in_progress_needs() {
             .unwrap()
             .unwrap_or_else(|e| panic!("{ours_sql} after VACUUM: {e}"));
         // Bring the table back to the next case's starting point.
-        plain.sql("INSERT INTO t VALUES (2, 0), (3, 0)").await.unwrap();
+        plain
+            .sql("INSERT INTO t VALUES (2, 0), (3, 0)")
+            .await
+            .unwrap();
     }
-    let r = plain
-        .sql_one("SELECT id FROM t ORDER BY id")
-        .await
-        .unwrap();
+    let r = plain.sql_one("SELECT id FROM t ORDER BY id").await.unwrap();
     let ids: Vec<i64> = r
         .batches
         .iter()

@@ -244,9 +244,7 @@ pub fn must_conflict(winner: Op, ours: Op, relation: Relation) -> bool {
 pub fn rows(winner: Op, ours: Op, relation: Relation) -> Option<(i64, i64)> {
     match relation {
         Relation::SameRows => Some((17, 17)),
-        Relation::SameFragmentOtherRows if winner.on_a_row() && ours.on_a_row() => {
-            Some((17, 18))
-        }
+        Relation::SameFragmentOtherRows if winner.on_a_row() && ours.on_a_row() => Some((17, 18)),
         Relation::SameFragmentOtherRows => Some((17, 17)),
         Relation::Disjoint if winner.on_a_row() && ours.on_a_row() => Some((3, 17)),
         Relation::Disjoint if winner.on_a_row() => Some((3, 17)),
@@ -322,7 +320,10 @@ pub async fn check_knn(s: &FragvecSession, model: &Model, what: &str) {
         ))
         .await
         .unwrap();
-    let got: Vec<i64> = int_pairs(&r.batches).into_iter().map(|(id, _)| id).collect();
+    let got: Vec<i64> = int_pairs(&r.batches)
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
     assert_eq!(got, model.nearest(q, 6), "{what}: KNN");
 }
 
@@ -392,13 +393,22 @@ pub async fn race(
     let got = content(&w).await;
     let ended = match result {
         Ok(_) => {
-            assert!(serial_result.is_ok(), "{what}: landed, but run alone after the winner it fails");
-            assert_eq!(got, serial.rows, "{what}: both landed, not with the serial result");
+            assert!(
+                serial_result.is_ok(),
+                "{what}: landed, but run alone after the winner it fails"
+            );
+            assert_eq!(
+                got, serial.rows,
+                "{what}: both landed, not with the serial result"
+            );
             check_knn(&w, &serial, &what).await;
             Ended::Landed
         }
         Err(e) => {
-            assert_eq!(got, after_winner.rows, "{what}: ours failed ({e}) but changed the table");
+            assert_eq!(
+                got, after_winner.rows,
+                "{what}: ours failed ({e}) but changed the table"
+            );
             check_knn(&w, &after_winner, &what).await;
             if e.is_retryable() {
                 Ended::Conflict
