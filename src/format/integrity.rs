@@ -44,3 +44,6 @@ pub fn check(path: impl fmt::Display, what: &str, bytes: &[u8], expected: u32) -
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;
