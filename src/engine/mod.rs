@@ -23,7 +23,9 @@
 //! * [`index_ops`]: building, dropping and optimizing vector indexes.
 //!
 //! Functions and maintenance:
-//! * [`udf`]: the vector distance functions; [`cluster_udf`]: `zorder` and `ivf_partition`;
+//! * [`udf`]: the vector distance functions; [`vector_ops`]: pgvector's `<=>` (and explicit
+//!   `OPERATOR(...)` syntax) planned by operand type; [`cluster_udf`]: `zorder` and
+//!   `ivf_partition`;
 //! * [`functions`]: introspection table functions (`fragvec_fragments('t')`, ...);
 //!   [`computed`]: the provider of a table function's batch, computed when the query runs;
 //! * [`maintenance`]: COMPACT and VACUUM; [`recluster`]: RECLUSTER, `ALTER TABLE ... CLUSTER
@@ -51,6 +53,7 @@ pub mod scan;
 pub mod session;
 pub mod statements;
 pub mod udf;
+pub mod vector_ops;
 pub mod write;
 
 pub use session::{FragvecSession, StatementResult, register};
