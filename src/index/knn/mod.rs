@@ -21,6 +21,9 @@
 //!   vectors are not indexed), the whole query is answered exactly.
 //! * Rows without a defined distance (NULL vectors, zero vectors under cosine) get key
 //!   `f32::INFINITY` and rank last, like `NULLS LAST`.
+//! * With `undefined_first` (`NULLS FIRST`), up to `k` rows with a NULL vector ([`undefined`])
+//!   come first, with key `f32::NEG_INFINITY`, and the search fills the rest of the `k` with
+//!   the nearest other rows (each row once).
 //!
 //! IO: model, footers and probed partitions through the [`IndexCache`]; vector columns of
 //! unindexed fragments decoded once and cached within the budget; each deletion vector read
@@ -29,6 +32,7 @@
 mod exact;
 pub mod rows;
 mod segments;
+mod undefined;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -62,6 +66,8 @@ pub struct KnnRequest<'a> {
     pub refine_factor: usize,
     /// Addresses of the rows passing the query's WHERE filter; `None` = no filter.
     pub mask: Option<&'a RoaringTreemap>,
+    /// Rows without a distance (NULL vectors) first, as `NULLS FIRST` orders them.
+    pub undefined_first: bool,
 }
 
 /// Counters of one search (shown by `EXPLAIN ANALYZE`).
@@ -169,7 +175,36 @@ pub async fn search(req: KnnRequest<'_>, cache: &IndexCache) -> Result<KnnAnswer
         deletions,
         counters: Counters::default(),
     };
-    searcher.run().await
+    if !req.undefined_first {
+        return searcher.run().await;
+    }
+    let undefined = searcher.undefined_rows(req.k).await?;
+    let mut answer = if undefined.len() < req.k {
+        let rest = Searcher {
+            req: KnnRequest {
+                k: req.k - undefined.len(),
+                ..searcher.req
+            },
+            ..searcher
+        };
+        rest.run().await?
+    } else {
+        KnnAnswer {
+            stats: searcher.counters.stats(),
+            ..KnnAnswer::default()
+        }
+    };
+    // An exact fallback scores every row, so it may return some of them again (last).
+    let seen: std::collections::HashSet<u64> = undefined.iter().copied().collect();
+    answer.candidates.retain(|c| !seen.contains(&c.addr));
+    answer.candidates.splice(
+        0..0,
+        undefined.into_iter().map(|addr| Candidate {
+            key: f32::NEG_INFINITY,
+            addr,
+        }),
+    );
+    Ok(answer)
 }
 
 impl Searcher<'_> {
