@@ -25,7 +25,8 @@
 //! Functions and maintenance:
 //! * [`udf`]: the vector distance functions; [`vector_ops`]: pgvector's `<=>` (and explicit
 //!   `OPERATOR(...)` syntax) planned by operand type; [`cluster_udf`]: `zorder` and
-//!   `ivf_partition`;
+//!   `ivf_partition`; [`ivf_bind`]: `ivf_partition(col)` in ordinary queries, bound to the
+//!   partitions the index assigned;
 //! * [`functions`]: introspection table functions (`fragvec_fragments('t')`, ...);
 //!   [`computed`]: the provider of a table function's batch, computed when the query runs;
 //! * [`maintenance`]: COMPACT and VACUUM; [`recluster`]: RECLUSTER, `ALTER TABLE ... CLUSTER
@@ -42,6 +43,7 @@ pub mod dml;
 pub mod error;
 pub mod functions;
 pub mod index_ops;
+pub mod ivf_bind;
 pub mod knn;
 pub mod knn_rule;
 pub mod maintenance;
