@@ -200,6 +200,7 @@ struct Query<'a> {
     refine_factor: usize,
     exact: bool,
     mask: Option<&'a RoaringTreemap>,
+    undefined_first: bool,
 }
 
 impl<'a> Query<'a> {
@@ -212,6 +213,7 @@ impl<'a> Query<'a> {
             refine_factor: 1,
             exact: false,
             mask: None,
+            undefined_first: false,
         }
     }
 }
@@ -229,6 +231,7 @@ async fn run(snap: &Snapshot, query: &Query<'_>) -> KnnAnswer {
         nprobes: query.nprobes,
         refine_factor: query.refine_factor,
         mask: query.mask,
+        undefined_first: query.undefined_first,
     };
     search(request, &cache).await.unwrap()
 }
@@ -558,6 +561,63 @@ async fn rows_the_index_cannot_return_make_the_search_exact() {
     assert_eq!(undefined, 5);
 }
 
+/// `NULLS FIRST`: up to k rows without a distance (NULL vectors, in indexed and unindexed
+/// fragments, deleted ones excluded, the mask applied) come first, in logical order, then
+/// the nearest others. Fragments whose Parquet statistics count no NULL are not read.
+#[tokio::test]
+async fn rows_without_a_distance_come_first_when_asked() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let snap = new_table().await;
+    let nulls: HashSet<i64> = [1600, 1601, 1777, 6100, 6200].into();
+    let snap = append(&snap, rows(0, ROWS, &mut rng, &nulls)).await;
+    let snap = with_index(&snap, IndexKind::IvfFlat, Metric::Dot).await;
+    let late: HashSet<i64> = [9010, 9050].into();
+    let snap = append(&snap, rows(ROWS as i64, 100, &mut rng, &late)).await;
+    let live = live_rows(&snap).await;
+    let addr_of = |id: i64| live.iter().find(|r| r.1 == id).unwrap().0;
+    let snap = delete(&snap, &[addr_of(1601)]).await;
+    let live = live_rows(&snap).await;
+    let even: RoaringTreemap = live.iter().filter(|r| r.1 % 2 == 0).map(|r| r.0).collect();
+    let q = query_near(2);
+    for mask in [None, Some(&even)] {
+        // Live NULL-vector rows passing the mask, in logical order.
+        let undefined: Vec<u64> = live
+            .iter()
+            .filter(|r| r.2.is_none() && mask.is_none_or(|m| m.contains(r.0)))
+            .map(|r| r.0)
+            .collect();
+        assert_eq!(undefined.len(), if mask.is_some() { 5 } else { 6 });
+        for k in [2, undefined.len(), 10] {
+            let query = Query {
+                k,
+                metric: Metric::Dot,
+                mask,
+                undefined_first: true,
+                ..Query::new(&q)
+            };
+            let answer = run(&snap, &query).await;
+            let nearest: Vec<(f32, u64)> = reference(&snap, &q, Metric::Dot, ROWS, mask)
+                .await
+                .into_iter()
+                .filter(|(key, _)| key.is_finite())
+                .take(k.saturating_sub(undefined.len()))
+                .collect();
+            let mut expected: Vec<(f32, u64)> = undefined
+                .iter()
+                .take(k)
+                .map(|a| (f32::NEG_INFINITY, *a))
+                .collect();
+            expected.extend(nearest);
+            assert_eq!(got(&answer), expected, "k = {k}, mask: {}", mask.is_some());
+            if k == undefined.len() {
+                // Only the three fragments holding a NULL vector were read (of seven).
+                assert_eq!(answer.stats.fragments_read, 3, "k = {k}");
+                assert_eq!(answer.stats.segments_searched, 0);
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_huge_k_is_bounded_by_the_rows_that_exist() {
     let (snap, _) = indexed_table(IndexKind::IvfFlat, Metric::L2).await;
@@ -587,6 +647,7 @@ async fn a_query_of_the_wrong_dimension_is_an_error_naming_the_column() {
         nprobes: 2,
         refine_factor: 1,
         mask: None,
+        undefined_first: false,
     };
     let err = search(request, &cache).await.unwrap_err().to_string();
     assert!(

@@ -100,8 +100,9 @@ impl ScalarUDFImpl for Zorder {
 }
 
 /// `ivf_partition(col)`: the partition (nearest centroid) of a vector under the vector index
-/// on `col`. Only meaningful bound to an index, which RECLUSTER BY and
-/// `recluster_information` do; elsewhere it is an error saying so.
+/// on `col`. Only meaningful bound to an index, which RECLUSTER BY, `recluster_information`
+/// and queries reading `col` from a fragvec table do ([`super::ivf_bind`]); elsewhere (a
+/// view, a derived table, a plain `SessionContext`) it is an error saying so.
 #[derive(Debug)]
 pub struct IvfPartition {
     signature: Signature,
@@ -168,8 +169,9 @@ impl ScalarUDFImpl for IvfPartition {
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let Some(model) = &self.model else {
             return plan_err!(
-                "ivf_partition(col) is available in RECLUSTER ... BY and recluster_information, \
-                 where it is bound to the vector index on col"
+                "ivf_partition(col) needs col to be a vector column of a fragvec table with a \
+                 vector index, read by the same query block (not through a view or a derived \
+                 table)"
             );
         };
         let array = args.args[0].to_array(args.number_rows)?;

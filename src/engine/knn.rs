@@ -1,7 +1,8 @@
 //! `KnnExec`: the k rows nearest a query vector, read through a vector index.
 //!
 //! It replaces the table scan under DataFusion's `SortExec(fetch = k)` (see
-//! [`super::knn_rule`]) and emits at most k candidate rows with the scan's columns; the sort
+//! [`super::knn_rule`]) and emits at most k candidate rows with the scan's columns (2k under
+//! NULLS FIRST: up to k rows with a NULL vector, and the nearest of the others); the sort
 //! above recomputes the distances from the rows' current vectors and orders them, so the
 //! answer is ordered exactly like `ORDER BY <distance> LIMIT k`.
 //!
@@ -57,6 +58,9 @@ pub struct KnnQuery {
     pub k: usize,
     /// IVF partitions to probe per segment (`fragvec.nprobes` when the query was planned).
     pub nprobes: usize,
+    /// `NULLS FIRST`: rows without a distance (NULL vectors) come before the nearest rows, so
+    /// up to k of them are returned too.
+    pub nulls_first: bool,
 }
 
 #[derive(Debug)]
@@ -173,6 +177,9 @@ impl DisplayAs for KnnExec {
                     self.query.k,
                     self.query.nprobes
                 )?;
+                if self.query.nulls_first {
+                    write!(f, ", nulls_first")?;
+                }
                 if let Some(p) = &self.scan.predicate {
                     write!(f, ", filter={p}")?;
                 }
@@ -344,6 +351,7 @@ impl KnnRun {
             nprobes: self.query.nprobes,
             refine_factor: self.refine_factor,
             mask: mask.as_ref(),
+            undefined_first: self.query.nulls_first,
         };
         let mut answer = match &self.share {
             Some(share) => knn::search_share(request, share, &self.cache).await?,

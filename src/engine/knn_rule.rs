@@ -19,7 +19,7 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::ColumnarValue;
-use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::expressions::{CastExpr, Column, TryCastExpr};
 use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::projection::ProjectionExec;
@@ -111,23 +111,20 @@ fn rewrite_sort(sort: &SortExec, nprobes: usize) -> Result<Option<Arc<dyn Execut
     let Some(function) = expr.downcast_ref::<ScalarFunctionExpr>() else {
         return Ok(None);
     };
-    let Some(kind) = DistanceKind::from_name(function.name()) else {
+    let Some((metric, descending)) = nearest_first(function.name()) else {
         return Ok(None);
     };
-    let (metric, descending) = match kind {
-        DistanceKind::L2 => (Metric::L2, false),
-        DistanceKind::Cosine => (Metric::Cosine, false),
-        DistanceKind::NegativeInnerProduct => (Metric::Dot, false),
-        DistanceKind::InnerProduct => (Metric::Dot, true),
-    };
-    // Rows without a distance sort last in both accepted orders, as KnnExec ranks them.
-    if key.options.descending != descending || key.options.nulls_first {
+    if key.options.descending != descending {
+        return Ok(None);
+    }
+    let nulls_first = key.options.nulls_first;
+    if nulls_first && metric == Metric::Cosine {
         return Ok(None);
     }
     let [a, b] = function.args() else {
         return Ok(None);
     };
-    let (column, constant) = match (a.downcast_ref::<Column>(), b.downcast_ref::<Column>()) {
+    let (column, constant) = match (vector_column(a), vector_column(b)) {
         (Some(c), None) => (c, b),
         (None, Some(c)) => (c, a),
         _ => return Ok(None),
@@ -164,6 +161,7 @@ fn rewrite_sort(sort: &SortExec, nprobes: usize) -> Result<Option<Arc<dyn Execut
         metric,
         k,
         nprobes,
+        nulls_first,
     };
     let knn: Arc<dyn ExecutionPlan> = Arc::new(KnnExec::new(
         spec.clone(),
@@ -183,6 +181,43 @@ fn rewrite_sort(sort: &SortExec, nprobes: usize) -> Result<Option<Arc<dyn Execut
         })?
         .data;
     Ok(Some(input))
+}
+
+/// The metric a distance function measures, and whether nearest first is descending
+/// (similarities). DataFusion's `array_distance` (alias `list_distance`) is L2.
+pub fn nearest_first(function: &str) -> Option<(Metric, bool)> {
+    if function == "array_distance" {
+        return Some((Metric::L2, false));
+    }
+    Some(match DistanceKind::from_name(function)? {
+        DistanceKind::L2 => (Metric::L2, false),
+        DistanceKind::Cosine => (Metric::Cosine, false),
+        DistanceKind::NegativeInnerProduct => (Metric::Dot, false),
+        DistanceKind::InnerProduct => (Metric::Dot, true),
+    })
+}
+
+/// A column, or a cast of it to a list of floats (which keeps every value: vector columns are
+/// `Float32`). DataFusion's `array_distance` casts its arguments to `List<Float64>`.
+fn vector_column(expr: &Arc<dyn PhysicalExpr>) -> Option<&Column> {
+    if let Some(c) = expr.downcast_ref::<Column>() {
+        return Some(c);
+    }
+    let (inner, target) = if let Some(cast) = expr.downcast_ref::<CastExpr>() {
+        (cast.expr(), cast.cast_type())
+    } else if let Some(cast) = expr.downcast_ref::<TryCastExpr>() {
+        (cast.expr(), cast.cast_type())
+    } else {
+        return None;
+    };
+    let item = match target {
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => f,
+        _ => return None,
+    };
+    if !matches!(item.data_type(), DataType::Float32 | DataType::Float64) {
+        return None;
+    }
+    inner.downcast_ref::<Column>()
 }
 
 /// Evaluates an expression without column references to a vector of `f32`.

@@ -23,7 +23,10 @@
 //! * [`index_ops`]: building, dropping and optimizing vector indexes.
 //!
 //! Functions and maintenance:
-//! * [`udf`]: the vector distance functions; [`cluster_udf`]: `zorder` and `ivf_partition`;
+//! * [`udf`]: the vector distance functions; [`vector_ops`]: pgvector's `<=>` (and explicit
+//!   `OPERATOR(...)` syntax) planned by operand type; [`cluster_udf`]: `zorder` and
+//!   `ivf_partition`; [`ivf_bind`]: `ivf_partition(col)` in ordinary queries, bound to the
+//!   partitions the index assigned;
 //! * [`functions`]: introspection table functions (`fragvec_fragments('t')`, ...);
 //!   [`computed`]: the provider of a table function's batch, computed when the query runs;
 //! * [`maintenance`]: COMPACT and VACUUM; [`recluster`]: RECLUSTER, `ALTER TABLE ... CLUSTER
@@ -40,6 +43,7 @@ pub mod dml;
 pub mod error;
 pub mod functions;
 pub mod index_ops;
+pub mod ivf_bind;
 pub mod knn;
 pub mod knn_rule;
 pub mod maintenance;
@@ -51,6 +55,7 @@ pub mod scan;
 pub mod session;
 pub mod statements;
 pub mod udf;
+pub mod vector_ops;
 pub mod write;
 
 pub use session::{FragvecSession, StatementResult, register};

@@ -59,6 +59,11 @@ impl FragvecTable {
         &self.snapshot
     }
 
+    /// The virtual columns this provider exposes.
+    pub fn virtual_columns(&self) -> VirtualColumns {
+        self.virtual_columns
+    }
+
     /// Builds the scan plan for a projection (indices into [`Self::schema`]), filters and limit.
     pub fn scan_spec(
         &self,

@@ -91,23 +91,7 @@ pub async fn compile(
     }
     let mut models = HashMap::new();
     for column in wanted {
-        let Some(def) = snapshot
-            .manifest
-            .indexes
-            .iter()
-            .find(|i| i.column == column)
-        else {
-            return plan_err!(
-                "ivf_partition({column}): table '{}' has no vector index on {column}",
-                snapshot.name()
-            );
-        };
-        let model = cache.model(&snapshot.dir, def).await?;
-        let known = Arc::new(assigned_partitions(snapshot, def, &model, cache).await?);
-        let udf = Arc::new(ScalarUDF::new_from_impl(IvfPartition::bound(
-            model,
-            Some(known),
-        )));
+        let udf = bound_ivf_partition(snapshot, &column, cache).await?;
         models.insert(column, udf);
     }
     if !models.is_empty() {
@@ -152,6 +136,32 @@ pub async fn compile(
         .map(|e| state.create_physical_expr(e, &projected))
         .collect::<Result<_>>()?;
     Ok(CompiledExprs { exprs, schema })
+}
+
+/// `ivf_partition` bound to the vector index on `column` of `snapshot`, called as
+/// `ivf_partition(column, _rowaddr)`: rows the index holds get the partition it assigned them.
+pub async fn bound_ivf_partition(
+    snapshot: &Snapshot,
+    column: &str,
+    cache: &IndexCache,
+) -> Result<Arc<ScalarUDF>> {
+    let Some(def) = snapshot
+        .manifest
+        .indexes
+        .iter()
+        .find(|i| i.column == column)
+    else {
+        return plan_err!(
+            "ivf_partition({column}): table '{}' has no vector index on {column}",
+            snapshot.name()
+        );
+    };
+    let model = cache.model(&snapshot.dir, def).await?;
+    let known = Arc::new(assigned_partitions(snapshot, def, &model, cache).await?);
+    Ok(Arc::new(ScalarUDF::new_from_impl(IvfPartition::bound(
+        model,
+        Some(known),
+    ))))
 }
 
 /// The key a RECLUSTER uses: the one given, else the table's CLUSTER BY key.

@@ -33,6 +33,7 @@ use super::knn_rule::KnnRule;
 use super::options::FragvecOptions;
 use super::plan_cache::PlanCache;
 use super::udf;
+use super::vector_ops::VectorOperatorPlanner;
 use super::write::count_schema;
 use crate::format::commit::retry::with_retries;
 use crate::format::{Database, Snapshot};
@@ -111,6 +112,22 @@ pub async fn register(ctx: &SessionContext, location: &str) -> Result<FragvecSes
     FragvecSession::with_context(ctx.clone(), db).await
 }
 
+/// Plans pgvector's `<=>` by operand type (once per context).
+fn register_vector_operators(ctx: &SessionContext) -> Result<()> {
+    use datafusion::execution::FunctionRegistry;
+    let state = ctx.state_ref();
+    let mut state = state.write();
+    let name = format!("{VectorOperatorPlanner:?}");
+    if !state
+        .expr_planners()
+        .iter()
+        .any(|p| format!("{p:?}") == name)
+    {
+        state.register_expr_planner(Arc::new(VectorOperatorPlanner))?;
+    }
+    Ok(())
+}
+
 impl FragvecSession {
     /// Opens a session on the database at `location`.
     pub async fn open(location: &str) -> Result<Self> {
@@ -165,6 +182,7 @@ impl FragvecSession {
         // which could let DataFusion's `inner_product` (alias `dot_product`) win again.
         udf::register(&ctx);
         super::cluster_udf::register(&ctx);
+        register_vector_operators(&ctx)?;
         Ok(Self {
             ctx,
             schema,

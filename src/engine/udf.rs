@@ -47,6 +47,30 @@ impl DistanceKind {
         }
     }
 
+    /// Other names of the same function: DuckDB's `array_*` / `list_*` spellings, and
+    /// `dot_product` (DataFusion's alias of its own `inner_product`, taken over too).
+    /// DataFusion's `array_distance` / `list_distance` are not here: they stay DataFusion's
+    /// (Float64) functions, which the KNN rule serves as L2 all the same.
+    pub fn aliases(self) -> &'static [&'static str] {
+        match self {
+            DistanceKind::L2 => &[],
+            DistanceKind::Cosine => &["array_cosine_distance", "list_cosine_distance"],
+            DistanceKind::InnerProduct => &[
+                "dot_product",
+                "array_inner_product",
+                "array_dot_product",
+                "list_inner_product",
+                "list_dot_product",
+            ],
+            DistanceKind::NegativeInnerProduct => &[
+                "array_negative_inner_product",
+                "array_negative_dot_product",
+                "list_negative_inner_product",
+                "list_negative_dot_product",
+            ],
+        }
+    }
+
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|k| k.name() == name)
     }
@@ -71,15 +95,10 @@ pub struct DistanceUdf {
 
 impl DistanceUdf {
     pub fn new(kind: DistanceKind) -> Self {
-        // `dot_product` is DataFusion's alias of its own `inner_product`; take it over too.
-        let aliases = match kind {
-            DistanceKind::InnerProduct => vec!["dot_product".to_string()],
-            _ => vec![],
-        };
         Self {
             kind,
             signature: Signature::user_defined(Volatility::Immutable),
-            aliases,
+            aliases: kind.aliases().iter().map(|a| a.to_string()).collect(),
         }
     }
 }
@@ -254,4 +273,26 @@ fn list_slice<O: OffsetSizeTrait>(a: &GenericListArray<O>, i: usize) -> Option<&
     }
     let values = a.values().as_primitive::<Float32Type>().values();
     Some(&values[start..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::vector_syntax::DISTANCE_FUNCTIONS;
+
+    /// The front end must know every name of a distance function (its vector literals become
+    /// parameters, its text literals vectors); a name it did not know would silently plan
+    /// slowly and reject `'[1, 2]'`.
+    #[test]
+    fn front_end_knows_every_distance_name() {
+        let mut names: Vec<&str> = vec!["array_distance", "list_distance"];
+        for kind in DistanceKind::ALL {
+            names.push(kind.name());
+            names.extend(kind.aliases());
+        }
+        names.sort_unstable();
+        let mut known = DISTANCE_FUNCTIONS.to_vec();
+        known.sort_unstable();
+        assert_eq!(names, known);
+    }
 }

@@ -8,6 +8,7 @@
 //! page or footer is a `Corrupt` error naming the file before any value is decoded.
 
 use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use bytes::Bytes;
@@ -487,6 +488,96 @@ pub fn read_fragment_rows(
         return stream::once(async move { batch }).boxed();
     }
     read_columns(dir, fragment, schema, offsets.len().max(1), Some(selection))
+}
+
+/// Reads `schema`'s columns of the rows in `ranges` (ascending, disjoint offset ranges) of a
+/// fragment, in that order; row groups and pages outside them are skipped.
+pub fn read_fragment_ranges(
+    dir: Arc<TableDir>,
+    fragment: &Fragment,
+    schema: SchemaRef,
+    ranges: &[Range<u64>],
+    batch_size: usize,
+) -> BoxStream<'static, Result<RecordBatch>> {
+    let rows = fragment.physical_rows;
+    if let Some(bad) = ranges
+        .windows(2)
+        .find(|w| w[0].end > w[1].start)
+        .map(|w| w[1].clone())
+        .or_else(|| {
+            ranges
+                .iter()
+                .find(|r| r.start > r.end || r.end > rows)
+                .cloned()
+        })
+    {
+        let err = FormatError::invalid(format!(
+            "row range {bad:?} of fragment {} is out of order or past its {rows} rows",
+            fragment.id
+        ));
+        return stream::once(async move { Err(err) }).boxed();
+    }
+    let selection = RowSelection::from_consecutive_ranges(
+        ranges.iter().map(|r| r.start as usize..r.end as usize),
+        rows as usize,
+    );
+    read_columns(dir, fragment, schema, batch_size, Some(selection))
+}
+
+/// The offset ranges of the row groups of a fragment whose `column` may hold a NULL at any
+/// level (a NULL vector or a NULL element), by the Parquet statistics of the file holding it:
+/// row groups whose statistics count no NULL are left out, those without statistics kept.
+/// Reads the file's footer only (cached).
+pub async fn row_groups_with_nulls(
+    dir: &Arc<TableDir>,
+    fragment: &Fragment,
+    column: &str,
+) -> Result<Vec<Range<u64>>> {
+    let file = fragment.file_for_column(column).ok_or_else(|| {
+        FormatError::corrupt(
+            format!("fragment {}", fragment.id),
+            format!("no data file holds column '{column}'"),
+        )
+    })?;
+    let path = dir.path(&file.path);
+    #[allow(deprecated)]
+    let mut reader =
+        ParquetObjectReader::new(dir.store().clone(), path.clone()).with_file_size(file.size_bytes);
+    let key = format!("{}:{}", dir.store(), path);
+    let metadata = reader_metadata(&mut reader, &key)
+        .await
+        .map_err(|e| FormatError::Parquet {
+            path: path.to_string(),
+            source: e,
+        })?;
+    let mut ranges = Vec::new();
+    let mut start = 0u64;
+    for group in metadata.metadata().row_groups() {
+        let rows = group.num_rows() as u64;
+        let may_hold_null = group
+            .columns()
+            .iter()
+            .filter(|c| c.column_path().parts().first().map(String::as_str) == Some(column))
+            .any(|c| {
+                c.statistics()
+                    .and_then(|s| s.null_count_opt())
+                    .is_none_or(|n| n > 0)
+            });
+        if may_hold_null && rows > 0 {
+            ranges.push(start..start + rows);
+        }
+        start += rows;
+    }
+    if start != fragment.physical_rows {
+        return Err(FormatError::corrupt(
+            &path,
+            format!(
+                "holds {start} rows, its fragment has {}",
+                fragment.physical_rows
+            ),
+        ));
+    }
+    Ok(ranges)
 }
 
 fn read_file(

@@ -1,11 +1,14 @@
-//! The `knn('table', 'column', <vector>, k)` table function.
+//! The `knn('table', 'column', <vector>, k [, <filter>])` table function.
 //!
 //! It is a relation rewrite, not a DataFusion table function: the call becomes the derived
-//! table `(SELECT *, <distance>(column, <vector>) AS _distance FROM table ORDER BY _distance
-//! LIMIT k)`, where the distance is the one of the column's vector index (`l2_distance` when it
-//! has none). That query is exactly what the KNN rule serves, so `knn(...)` uses the index, and
-//! a WHERE in the *outer* query filters the k rows it returns (a post-filter); put the filter
-//! in an `ORDER BY ... LIMIT` query to filter before the top-k.
+//! table `(SELECT *, <distance>(column, <vector>) AS _distance FROM table [WHERE <filter>]
+//! ORDER BY _distance LIMIT k)`, where the distance is the one of the column's vector index
+//! (`l2_distance` when it has none). That query is exactly what the KNN rule serves, so
+//! `knn(...)` uses the index. The optional filter (fifth argument, or named `filter => ...`)
+//! is a WHERE condition on the table's columns, written as an expression (`cat = 'odd'`) or as
+//! a string of one (`'cat = ''odd'''`); it filters **before** the top-k, so the call returns k
+//! rows whenever k rows qualify. A WHERE in the *outer* query filters the k rows returned (a
+//! post-filter).
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
@@ -19,6 +22,8 @@ use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
 use super::finder::quote;
+use super::parser::parse_expr;
+use super::vector_syntax::desugar;
 use crate::index::distance::Metric;
 
 /// One `knn(...)` call of a statement.
@@ -28,6 +33,8 @@ pub struct KnnCall {
     pub column: String,
     pub vector: String,
     pub k: u64,
+    /// The prefilter, a condition on the table's columns.
+    pub filter: Option<Expr>,
 }
 
 fn is_knn(tf: &TableFactor) -> bool {
@@ -36,23 +43,34 @@ fn is_knn(tf: &TableFactor) -> bool {
 }
 
 fn parse_call(tf: &TableFactor) -> Result<KnnCall> {
-    let usage = || plan_datafusion_err!("usage: knn('table', 'column', [vector], k)");
+    let usage = || plan_datafusion_err!("usage: knn('table', 'column', [vector], k [, filter])");
     let TableFactor::Table {
         args: Some(args), ..
     } = tf
     else {
         return Err(usage());
     };
-    let exprs: Vec<&Expr> = args
-        .args
-        .iter()
-        .map(|a| match a {
-            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Ok(e),
-            _ => Err(usage()),
-        })
-        .collect::<Result<_>>()?;
-    let [table, column, vector, k] = exprs.as_slice() else {
-        return Err(usage());
+    let mut exprs: Vec<&Expr> = Vec::with_capacity(5);
+    let mut named_filter = None;
+    for arg in &args.args {
+        match arg {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) if named_filter.is_none() => {
+                exprs.push(e)
+            }
+            FunctionArg::Named {
+                name,
+                arg: FunctionArgExpr::Expr(e),
+                ..
+            } if name.value.eq_ignore_ascii_case("filter") && named_filter.is_none() => {
+                named_filter = Some(e)
+            }
+            _ => return Err(usage()),
+        }
+    }
+    let (table, column, vector, k, filter) = match (exprs.as_slice(), named_filter) {
+        ([table, column, vector, k], filter) => (*table, *column, *vector, *k, filter),
+        ([table, column, vector, k, filter], None) => (*table, *column, *vector, *k, Some(*filter)),
+        _ => return Err(usage()),
     };
     let text = |e: &Expr| match e {
         Expr::Value(v) => match &v.value {
@@ -69,11 +87,25 @@ fn parse_call(tf: &TableFactor) -> Result<KnnCall> {
         _ => None,
     }
     .ok_or_else(|| plan_datafusion_err!("knn(...): k must be a positive integer literal"))?;
+    let filter = match filter {
+        None => None,
+        // A condition given as text is parsed like any SQL expression.
+        Some(Expr::Value(v)) if matches!(v.value, Value::SingleQuotedString(_)) => {
+            let Value::SingleQuotedString(s) = &v.value else {
+                unreachable!("matched above")
+            };
+            Some(parse_expr(s).map_err(|e| {
+                plan_datafusion_err!("knn(...): the filter '{s}' is not a condition: {e}")
+            })?)
+        }
+        Some(e) => Some(e.clone()),
+    };
     Ok(KnnCall {
         table: text(table)?,
         column: text(column)?,
         vector: vector.to_string(),
         k,
+        filter,
     })
 }
 
@@ -101,8 +133,13 @@ pub fn knn_query(call: &KnnCall, metric: Metric) -> Result<Query> {
         Metric::Cosine => "cosine_distance",
         Metric::Dot => "negative_inner_product",
     };
+    let filter = call
+        .filter
+        .as_ref()
+        .map(|f| format!(" WHERE {f}"))
+        .unwrap_or_default();
     let sql = format!(
-        "SELECT *, {function}({}, {}) AS _distance FROM {} ORDER BY _distance LIMIT {}",
+        "SELECT *, {function}({}, {}) AS _distance FROM {}{filter} ORDER BY _distance LIMIT {}",
         quote(&call.column),
         call.vector,
         quote(&call.table),
@@ -111,7 +148,11 @@ pub fn knn_query(call: &KnnCall, metric: Metric) -> Result<Query> {
     let mut statements = Parser::parse_sql(&GenericDialect {}, &sql)
         .map_err(|e| DataFusionError::SQL(Box::new(e), None))?;
     match statements.pop() {
-        Some(Statement::Query(q)) => Ok(*q),
+        Some(Statement::Query(mut q)) => {
+            // A pgvector text literal as the query vector becomes an array.
+            desugar(q.as_mut());
+            Ok(*q)
+        }
         _ => internal_err!("knn rewrite produced {sql}"),
     }
 }
@@ -196,7 +237,8 @@ mod tests {
                 table: "docs".into(),
                 column: "emb".into(),
                 vector: "[1, 2]".into(),
-                k: 3
+                k: 3,
+                filter: None,
             }]
         );
         let metrics = HashMap::from([(("docs".to_string(), "emb".to_string()), Metric::Cosine)]);
@@ -215,11 +257,36 @@ mod tests {
     }
 
     #[test]
+    fn filters_come_before_the_top_k() {
+        for sql in [
+            "SELECT * FROM knn('docs', 'emb', [1, 2], 3, cat = 'a' AND id > 1)",
+            "SELECT * FROM knn('docs', 'emb', [1, 2], 3, 'cat = ''a'' AND id > 1')",
+            "SELECT * FROM knn('docs', 'emb', [1, 2], 3, filter => cat = 'a' AND id > 1)",
+            "SELECT * FROM knn('docs', 'emb', '[1, 2]', 3, filter => 'cat = ''a'' AND id > 1')",
+        ] {
+            let mut stmt = Parser::parse_sql(&GenericDialect {}, sql)
+                .unwrap()
+                .remove(0);
+            rewrite_knn_calls(&mut stmt, &HashMap::new()).unwrap();
+            assert_eq!(
+                stmt.to_string(),
+                "SELECT * FROM (SELECT *, l2_distance(\"emb\", [1, 2]) AS _distance FROM \"docs\" \
+                 WHERE cat = 'a' AND id > 1 ORDER BY _distance LIMIT 3) AS docs",
+                "{sql}"
+            );
+        }
+    }
+
+    #[test]
     fn bad_calls_are_explained() {
         for sql in [
             "SELECT * FROM knn('t', 'emb', [1])",
             "SELECT * FROM knn('t', 'emb', [1], 0)",
             "SELECT * FROM knn(t, 'emb', [1], 2)",
+            "SELECT * FROM knn('t', 'emb', [1], 2, 'a >')",
+            "SELECT * FROM knn('t', 'emb', [1], 2, a > 1, filter => b > 1)",
+            "SELECT * FROM knn('t', 'emb', [1], 2, other => b > 1)",
+            "SELECT * FROM knn('t', 'emb', [1], 2, a > 1, b > 1)",
         ] {
             let stmt = Parser::parse_sql(&GenericDialect {}, sql)
                 .unwrap()

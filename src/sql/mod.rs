@@ -11,5 +11,6 @@ pub mod knn_call;
 pub mod parser;
 pub mod pin;
 pub mod vector_params;
+pub mod vector_syntax;
 
-pub use parser::{FragvecStatement, OptimizeAction, parse_statements};
+pub use parser::{FragvecStatement, OptimizeAction, parse_expr, parse_statements};

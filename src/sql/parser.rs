@@ -4,16 +4,19 @@
 //! first keyword and hands everything else to DataFusion's parser. Before parsing, the token
 //! stream is rewritten for time travel: `t VERSION AS OF 3` becomes the relation `"t@v3" AS t`,
 //! which the catalog resolves to version 3 (DataFusion's generic dialect has no table versions,
-//! and would silently ignore one if it had).
+//! and would silently ignore one if it had). pgvector's operators and `VECTOR(n)` casts are
+//! rewritten too ([`super::vector_syntax`]).
 
 use datafusion::common::{DataFusionError, Result, plan_datafusion_err, plan_err};
-use datafusion::sql::parser::{DFParserBuilder, Statement as DFStatement};
+use datafusion::sql::parser::{CopyToSource, DFParserBuilder, Statement as DFStatement};
+use datafusion::sql::sqlparser::ast::Expr;
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer, Word};
 
 use crate::sql::pin::RelationName;
+use crate::sql::vector_syntax;
 
 /// A parsed statement.
 #[derive(Debug, Clone)]
@@ -79,6 +82,7 @@ pub fn parse_statements(sql: &str) -> Result<Vec<FragvecStatement>> {
         .tokenize_with_location()
         .map_err(|e| DataFusionError::SQL(Box::new(e.into()), None))?;
     let tokens = rewrite_version_as_of(tokens)?;
+    let tokens = vector_syntax::join_vector_operators(tokens);
     let mut parser = DFParserBuilder::new(tokens)
         .with_dialect(&dialect)
         .build()?;
@@ -92,7 +96,11 @@ pub fn parse_statements(sql: &str) -> Result<Vec<FragvecStatement>> {
         // DataFusion's parser sees them.
         let statement = match own_statement(&mut parser.parser)? {
             Some(s) => s,
-            None => FragvecStatement::DataFusion(Box::new(parser.parse_statement()?)),
+            None => {
+                let mut statement = parser.parse_statement()?;
+                desugar_statement(&mut statement);
+                FragvecStatement::DataFusion(Box::new(statement))
+            }
         };
         out.push(statement);
         let next = parser.parser.peek_token();
@@ -101,6 +109,39 @@ pub fn parse_statements(sql: &str) -> Result<Vec<FragvecStatement>> {
         }
     }
     Ok(out)
+}
+
+/// Applies [`vector_syntax::desugar`] to every SQL AST a DataFusion statement holds.
+fn desugar_statement(statement: &mut DFStatement) {
+    match statement {
+        DFStatement::Statement(s) => vector_syntax::desugar(s.as_mut()),
+        DFStatement::Explain(e) => desugar_statement(e.statement.as_mut()),
+        DFStatement::CopyTo(c) => {
+            if let CopyToSource::Query(q) = &mut c.source {
+                vector_syntax::desugar(q.as_mut());
+            }
+        }
+        DFStatement::CreateExternalTable(_) | DFStatement::Reset(_) => {}
+    }
+}
+
+/// Parses one expression (a `knn(...)` filter given as text), with fragvec's spellings.
+pub fn parse_expr(sql: &str) -> Result<Expr> {
+    let dialect = GenericDialect {};
+    let tokens = Tokenizer::new(&dialect, sql)
+        .tokenize_with_location()
+        .map_err(|e| DataFusionError::SQL(Box::new(e.into()), None))?;
+    let tokens = vector_syntax::join_vector_operators(tokens);
+    let mut parser = Parser::new(&dialect).with_tokens_with_locations(tokens);
+    let mut expr = parser.parse_expr().map_err(sql_err)?;
+    if parser.peek_token() != Token::EOF {
+        return plan_err!(
+            "unexpected {} after the expression {expr}",
+            parser.peek_token()
+        );
+    }
+    vector_syntax::desugar(&mut expr);
+    Ok(expr)
 }
 
 fn word_is(t: &Token, word: &str) -> bool {
@@ -199,14 +240,19 @@ fn own_statement(p: &mut Parser) -> Result<Option<FragvecStatement>> {
             keys = p
                 .parse_comma_separated(Parser::parse_expr)
                 .map_err(sql_err)?
-                .iter()
-                .map(|e| e.to_string())
+                .into_iter()
+                .map(|mut e| {
+                    vector_syntax::desugar(&mut e);
+                    e.to_string()
+                })
                 .collect();
             p.expect_token(&Token::RParen).map_err(sql_err)?;
         }
         let options = with_options(p)?;
         let filter = if p.parse_keyword(Keyword::WHERE) {
-            Some(p.parse_expr().map_err(sql_err)?.to_string())
+            let mut e = p.parse_expr().map_err(sql_err)?;
+            vector_syntax::desugar(&mut e);
+            Some(e.to_string())
         } else {
             None
         };

@@ -11,20 +11,12 @@
 
 use std::ops::ControlFlow;
 
-use datafusion::sql::sqlparser::ast::{
-    Expr, FunctionArg, FunctionArgExpr, FunctionArguments, SelectItem, SetExpr, Statement,
-    UnaryOperator, Value, VisitMut, VisitorMut, visit_expressions,
-};
+use super::vector_syntax::is_distance_function;
 
-/// Functions whose vector arguments may become parameters (they coerce them to `f32`
-/// vectors, so the literal's element type does not matter).
-const DISTANCE_FUNCTIONS: &[&str] = &[
-    "l2_distance",
-    "cosine_distance",
-    "inner_product",
-    "dot_product",
-    "negative_inner_product",
-];
+use datafusion::sql::sqlparser::ast::{
+    BinaryOperator, Expr, FunctionArg, FunctionArgExpr, FunctionArguments, SelectItem, SetExpr,
+    Statement, UnaryOperator, Value, VisitMut, VisitorMut, visit_expressions,
+};
 
 /// Arrays shorter than this are cheap to plan as written.
 const MIN_ELEMENTS: usize = 8;
@@ -54,9 +46,16 @@ fn numeric_array(e: &Expr) -> Option<Vec<f64>> {
     }
 }
 
-fn is_distance_call(e: &Expr) -> bool {
-    matches!(e, Expr::Function(f)
-        if DISTANCE_FUNCTIONS.contains(&f.name.to_string().to_ascii_lowercase().as_str()))
+/// The array literal a distance argument holds: the argument itself, or the value of a cast
+/// (`CAST([...] AS FLOAT[n])`, which is how `::VECTOR(n)` arrives).
+fn literal_slot(e: &mut Expr) -> &mut Expr {
+    if matches!(e, Expr::Cast { expr, .. } if matches!(expr.as_ref(), Expr::Array(_))) {
+        let Expr::Cast { expr, .. } = e else {
+            unreachable!("matched above")
+        };
+        return expr.as_mut();
+    }
+    e
 }
 
 fn has_placeholder(statement: &Statement) -> bool {
@@ -97,28 +96,35 @@ impl VisitorMut for Extract {
     type Break = ();
 
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
-        if !is_distance_call(expr) {
-            return ControlFlow::Continue(());
-        }
-        let Expr::Function(f) = expr else {
-            return ControlFlow::Continue(());
-        };
-        let FunctionArguments::List(list) = &mut f.args else {
-            return ControlFlow::Continue(());
+        // A distance call, or `<=>` (pgvector's cosine distance when the column is a vector,
+        // else IS NOT DISTINCT FROM: a parameter of the literal's value means the same).
+        let (a, b) = match expr {
+            Expr::Function(f) if is_distance_function(&f.name.to_string()) => {
+                let FunctionArguments::List(list) = &mut f.args else {
+                    return ControlFlow::Continue(());
+                };
+                let [
+                    FunctionArg::Unnamed(FunctionArgExpr::Expr(a)),
+                    FunctionArg::Unnamed(FunctionArgExpr::Expr(b)),
+                ] = list.args.as_mut_slice()
+                else {
+                    return ControlFlow::Continue(());
+                };
+                (a, b)
+            }
+            Expr::BinaryOp {
+                left,
+                op: BinaryOperator::Spaceship,
+                right,
+            } => (left.as_mut(), right.as_mut()),
+            _ => return ControlFlow::Continue(()),
         };
         // Only `distance(column, [literal])` (either order): a call of two literals would be
         // folded into a constant that no longer shows its parameters.
-        let [
-            FunctionArg::Unnamed(FunctionArgExpr::Expr(a)),
-            FunctionArg::Unnamed(FunctionArgExpr::Expr(b)),
-        ] = list.args.as_mut_slice()
-        else {
-            return ControlFlow::Continue(());
-        };
         let e = if is_column(a) {
-            b
+            literal_slot(b)
         } else if is_column(b) {
-            a
+            literal_slot(a)
         } else {
             return ControlFlow::Continue(());
         };
@@ -207,6 +213,34 @@ mod tests {
             text.contains("l2_distance(emb, $1) AS d") && text.contains("BY l2_distance(emb, $1)"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn operator_and_cast_spellings_become_placeholders() {
+        let v = "[1, 2, 3, 4, 5, 6, 7, 8]";
+        for (sql, expected) in [
+            (
+                format!("SELECT id FROM t ORDER BY emb <-> {v} LIMIT 3"),
+                "ORDER BY l2_distance(emb, $1) LIMIT 3",
+            ),
+            (
+                format!("SELECT id FROM t ORDER BY emb <=> {v} LIMIT 3"),
+                "ORDER BY emb <=> $1 LIMIT 3",
+            ),
+            (
+                format!("SELECT id FROM t ORDER BY {v}::VECTOR(8) <#> emb LIMIT 3"),
+                "ORDER BY negative_inner_product($1::FLOAT[8], emb) LIMIT 3",
+            ),
+            (
+                format!("SELECT id FROM t ORDER BY array_distance(emb, '{v}') LIMIT 3"),
+                "ORDER BY array_distance(emb, $1) LIMIT 3",
+            ),
+        ] {
+            let mut s = statement(&sql);
+            assert_eq!(extract_vector_literals(&mut s).len(), 1, "{sql}");
+            let text = s.to_string();
+            assert!(text.ends_with(expected), "{text}");
+        }
     }
 
     #[test]

@@ -21,6 +21,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::Statement;
 
+use crate::engine::ivf_bind;
 use crate::engine::plan_cache::{self, CachedPlan};
 use crate::engine::session::{FragvecSession, StatementResult};
 use crate::sql::{FragvecStatement, knn_call, parse_statements, pin, vector_params};
@@ -46,16 +47,18 @@ pub async fn run(session: &FragvecSession, mut statement: DFStatement) -> Result
     let changes_tables = !matches!(&statement, DFStatement::Statement(s)
         if matches!(s.as_ref(), Statement::Query(_) | Statement::Insert(_)));
     let statement = pin(session, statement, pin::mentions_virtual_columns(&text)).await?;
+    let binds_partitions = text.contains("ivf_partition");
     let result = if is_insert(&statement) {
         // Round-robin repartitioning would shuffle the rows of a single-partition source;
         // INSERT keeps its source's order so the logical order is the order given.
         let state = session.order_preserving_state();
-        let plan = state.statement_to_plan(statement).await?;
+        let plan = plan_statement(session, &state, statement, binds_partitions).await?;
         execute_plan(session, Some(state), plan).await
     } else if !vectors.is_empty() && matches!(&statement, DFStatement::Statement(_)) {
-        run_vector_query(session, statement, vectors).await
+        run_vector_query(session, statement, vectors, binds_partitions).await
     } else {
-        let mut plan = session.ctx.state().statement_to_plan(statement).await?;
+        let state = session.ctx.state();
+        let mut plan = plan_statement(session, &state, statement, binds_partitions).await?;
         if !vectors.is_empty() {
             plan = plan.with_param_values(vector_params_values(vectors))?;
         }
@@ -65,6 +68,21 @@ pub async fn run(session: &FragvecSession, mut statement: DFStatement) -> Result
         session.schema.refresh().await?;
     }
     result
+}
+
+/// Plans a pinned statement; `binds_partitions`: it may call `ivf_partition(col)`, which is
+/// then bound to the index on `col` ([`ivf_bind`]).
+async fn plan_statement(
+    session: &FragvecSession,
+    state: &SessionState,
+    statement: DFStatement,
+    binds_partitions: bool,
+) -> Result<LogicalPlan> {
+    let plan = state.statement_to_plan(statement).await?;
+    if !binds_partitions {
+        return Ok(plan);
+    }
+    ivf_bind::bind_ivf_partitions(plan, session.schema.index_cache()).await
 }
 
 /// Runs SQL fragvec generated itself (a finder's EXPLAIN), pinned like any query, in this
@@ -147,6 +165,7 @@ async fn run_vector_query(
     session: &FragvecSession,
     statement: DFStatement,
     vectors: Vec<Vec<f64>>,
+    binds_partitions: bool,
 ) -> Result<StatementResult> {
     let key = format!("{:?}|{statement}", session.options());
     if let Some(cached) = session.plans.get(&key)
@@ -160,12 +179,16 @@ async fn run_vector_query(
         DFStatement::Statement(s) => Some(pin::referenced_tables(s.as_ref())),
         _ => None,
     };
-    let plan = session.ctx.state().statement_to_plan(statement).await?;
+    let state = session.ctx.state();
+    let plan = plan_statement(session, &state, statement, binds_partitions).await?;
     // `now()`, `current_date`, `random()`, ... are folded into constants when a plan is made:
     // such a plan answers for the moment it was planned, so it is never kept.
     // A view is planned afresh at each use (its tables' latest versions), which a plan keyed
     // by the pinned statement text could not notice: plans reading a view are not kept.
-    let keep = !calls_non_immutable_functions(&plan)? && !reads_a_view(session, referenced);
+    // A bound `ivf_partition` holds one version's partitions: simpler never to keep it.
+    let keep = !calls_non_immutable_functions(&plan)?
+        && !reads_a_view(session, referenced)
+        && !binds_partitions;
     let plan = plan.with_param_values(vector_params_values(vectors.clone()))?;
     let physical = session
         .ctx

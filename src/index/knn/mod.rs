@@ -21,6 +21,9 @@
 //!   vectors are not indexed), the whole query is answered exactly.
 //! * Rows without a defined distance (NULL vectors, zero vectors under cosine) get key
 //!   `f32::INFINITY` and rank last, like `NULLS LAST`.
+//! * With `undefined_first` (`NULLS FIRST`), up to `k` rows with a NULL vector ([`undefined`])
+//!   come first, with key `f32::NEG_INFINITY`, and the search fills the rest of the `k` with
+//!   the nearest other rows (each row once).
 //!
 //! A search can be split into [`share`]s (segments plus the unowned rows of some fragments),
 //! each answered by [`search_share`] under the same rules; see [`share`] for what merging
@@ -35,6 +38,7 @@ pub mod rows;
 mod scan;
 mod segments;
 pub mod share;
+mod undefined;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -69,6 +73,8 @@ pub struct KnnRequest<'a> {
     pub refine_factor: usize,
     /// Addresses of the rows passing the query's WHERE filter; `None` = no filter.
     pub mask: Option<&'a RoaringTreemap>,
+    /// Rows without a distance (NULL vectors) first, as `NULLS FIRST` orders them.
+    pub undefined_first: bool,
 }
 
 /// Counters of one search (shown by `EXPLAIN ANALYZE`).
@@ -261,7 +267,36 @@ async fn search_in(
         counters: Counters::default(),
         scope,
     };
-    searcher.run().await
+    if !req.undefined_first {
+        return searcher.run().await;
+    }
+    let undefined = searcher.undefined_rows(req.k).await?;
+    let mut answer = if undefined.len() < req.k {
+        let rest = Searcher {
+            req: KnnRequest {
+                k: req.k - undefined.len(),
+                ..searcher.req
+            },
+            ..searcher
+        };
+        rest.run().await?
+    } else {
+        KnnAnswer {
+            stats: searcher.counters.stats(),
+            ..KnnAnswer::default()
+        }
+    };
+    // An exact fallback scores every row, so it may return some of them again (last).
+    let seen: std::collections::HashSet<u64> = undefined.iter().copied().collect();
+    answer.candidates.retain(|c| !seen.contains(&c.addr));
+    answer.candidates.splice(
+        0..0,
+        undefined.into_iter().map(|addr| Candidate {
+            key: f32::NEG_INFINITY,
+            addr,
+        }),
+    );
+    Ok(answer)
 }
 
 impl Searcher<'_> {
