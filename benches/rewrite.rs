@@ -71,6 +71,7 @@ fn ledger_manifest() -> Manifest {
             destinations: vec![digest(2000 + i, 2 << 20, 0)],
             mapping: Mapping::OrderedCompaction {
                 removed: vec![None, None],
+                removed_crc32c: vec![None; 2],
             },
         });
     }
@@ -110,6 +111,7 @@ fn chain(rows: u64, rng: &mut impl Rng) -> LedgerView {
         destinations: vec![digest(2, live0 + 1000, 0)],
         mapping: Mapping::OrderedCompaction {
             removed: vec![Some("d0".into()), None],
+            removed_crc32c: vec![None; 2],
         },
     };
     // 2: fragment 2 → 64 destinations (10..74), labels uniform at random.
@@ -159,6 +161,7 @@ fn chain(rows: u64, rng: &mut impl Rng) -> LedgerView {
         destinations: vec![digest(100, n2, 0)],
         mapping: Mapping::OrderedCompaction {
             removed: vec![None; 64],
+            removed_crc32c: vec![None; 64],
         },
     };
     let ordered = |t: &Transition, removed: Vec<RoaringBitmap>| LoadedTransition {

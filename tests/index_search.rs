@@ -504,6 +504,7 @@ async fn exact_search_matches_the_reference_streamed_or_cached_in_parallel() {
                     nprobes: 1,
                     refine_factor: 1,
                     mask,
+                    undefined_first: false,
                 };
                 // Masks above the exact-mask threshold take the brute-force path.
                 assert!(mask.is_none_or(|m| m.len() > 4096));

@@ -110,6 +110,9 @@ pub struct KnnProto {
     pub index: Option<String>,
     #[prost(message, optional, tag = "8")]
     pub share: Option<ShareProto>,
+    /// Rows with a NULL vector first (`ORDER BY ... DESC`, i.e. `NULLS FIRST`).
+    #[prost(bool, tag = "9")]
+    pub nulls_first: bool,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -267,6 +270,7 @@ impl Encoder<'_> {
             metric: query.metric.as_str().to_string(),
             k: query.k as u64,
             nprobes: query.nprobes as u64,
+            nulls_first: query.nulls_first,
             index: knn.index().map(|i| i.name.clone()),
             share: knn.share().map(|s| ShareProto {
                 segments: s.segments.iter().copied().collect(),
@@ -433,6 +437,7 @@ impl Decoder<'_> {
             k: usize::try_from(proto.k).map_err(|_| bad("k is too large".into()))?,
             nprobes: usize::try_from(proto.nprobes)
                 .map_err(|_| bad("nprobes is too large".into()))?,
+            nulls_first: proto.nulls_first,
         };
         let cache = self.databases.get(&location)?.cache;
         let knn = KnnExec::new(spec, query, index, cache)?;

@@ -540,16 +540,8 @@ pub async fn row_groups_with_nulls(
         )
     })?;
     let path = dir.path(&file.path);
-    #[allow(deprecated)]
-    let mut reader =
-        ParquetObjectReader::new(dir.store().clone(), path.clone()).with_file_size(file.size_bytes);
-    let key = format!("{}:{}", dir.store(), path);
-    let metadata = reader_metadata(&mut reader, &key)
-        .await
-        .map_err(|e| FormatError::Parquet {
-            path: path.to_string(),
-            source: e,
-        })?;
+    // The footer through the same (verified, cached) opening as every read.
+    let metadata = open_file(dir, file).await?.metadata;
     let mut ranges = Vec::new();
     let mut start = 0u64;
     for group in metadata.metadata().row_groups() {

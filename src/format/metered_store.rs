@@ -179,7 +179,7 @@ fn metered_listing(
         inner.then(move |item| {
             let counters = counters.clone();
             seen += 1;
-            let new_page = seen > 1 && (seen - 1) % LIST_PAGE == 0;
+            let new_page = seen > 1 && (seen - 1).is_multiple_of(LIST_PAGE);
             async move {
                 if new_page {
                     counters.delay().await;

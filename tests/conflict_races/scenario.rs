@@ -391,7 +391,7 @@ pub async fn race(
     let mut serial = after_winner.clone();
     let serial_result = ours.apply(&mut serial, o_row, 2000);
     let got = content(&w).await;
-    let ended = match result {
+    match result {
         Ok(_) => {
             assert!(
                 serial_result.is_ok(),
@@ -420,6 +420,5 @@ pub async fn race(
                 Ended::OwnError
             }
         }
-    };
-    ended
+    }
 }

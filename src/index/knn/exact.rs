@@ -107,10 +107,7 @@ impl Searcher<'_> {
         if let Some(s) = skip.get(&fragment.id) {
             excluded |= s;
         }
-        let allowed = match self.req.mask {
-            Some(mask) => Some(fragment_mask(mask, fragment.id)),
-            None => None,
-        };
+        let allowed = self.req.mask.map(|mask| fragment_mask(mask, fragment.id));
         Ok(scorable_runs(rows, &excluded, allowed.as_ref()))
     }
 
@@ -305,12 +302,11 @@ fn block(vectors: &ColumnVectors, fragment: u64, first: u32) -> RowBlock<'_> {
     }
 }
 
-/// Scores cached fragments (vectors, fragment id, runs) together.
-fn score_group(
-    group: &[(Arc<ColumnVectors>, u64, Vec<Range<u32>>)],
-    query: &Query,
-    top: &mut TopK,
-) -> usize {
+/// A cached fragment to score: its vectors, its id and the runs of rows to score.
+type CachedRuns = (Arc<ColumnVectors>, u64, Vec<Range<u32>>);
+
+/// Scores cached fragments together.
+fn score_group(group: &[CachedRuns], query: &Query, top: &mut TopK) -> usize {
     let blocks: Vec<RowBlock> = group.iter().map(|(v, id, _)| block(v, *id, 0)).collect();
     let runs: Vec<(usize, Range<u32>)> = group
         .iter()

@@ -32,10 +32,9 @@ pub struct RowBlock<'a> {
 
 impl RowBlock<'_> {
     pub fn rows(&self) -> u32 {
-        if self.dim == 0 {
-            self.valid.map_or(0, |v| v.len() as u32)
-        } else {
-            (self.values.len() / self.dim) as u32
+        match self.values.len().checked_div(self.dim) {
+            Some(rows) => rows as u32,
+            None => self.valid.map_or(0, |v| v.len() as u32),
         }
     }
 
