@@ -145,3 +145,15 @@ async fn processes_racing_commits_lose_nothing(db: Location) {
     }
     assert_eq!(out, expected);
 }
+
+/// The demo on an in-memory store: empty index partitions are not requested as empty ranges
+/// (object_store's InMemory refuses `0..0`), so every step runs.
+#[test]
+fn the_demo_runs_on_an_in_memory_store() {
+    let (code, out, err) = fragvec("memory://demo", &["demo"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("The demo database is at memory://demo"),
+        "{out}"
+    );
+}

@@ -13,6 +13,10 @@ use std::sync::Arc;
 
 use datafusion::common::Result;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::physical_plan::coalesce_batches::CoalesceBatchesExec;
+use datafusion::physical_plan::coop::CooperativeExec;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
@@ -47,15 +51,25 @@ pub fn merge_sorts_over_fragvec(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn 
     .map(|t| t.data)
 }
 
-/// Whether `plan` is a chain of single-input nodes ending in a fragvec scan or KNN search.
+/// Whether `plan` is a chain of row-wise nodes (projections, filters, batch coalescing)
+/// ending in a fragvec scan or KNN search: only then is sorting each task's rows and merging
+/// the same as sorting them all. A node that looks at several rows at once — a nested sort or
+/// top-k (`SELECT .. FROM (SELECT .. ORDER BY d LIMIT k) ORDER BY id`), a limit, an aggregate,
+/// a window — must see every task's rows, so the sort above it is left whole (the nested
+/// sort itself is split when the rewrite reaches it).
 fn reads_one_fragvec_leaf(plan: &Arc<dyn ExecutionPlan>) -> bool {
     let mut node = plan;
     loop {
         if node.is::<FragmentScanExec>() || node.is::<KnnExec>() {
             return true;
         }
+        let row_wise = node.fetch().is_none()
+            && (node.is::<ProjectionExec>()
+                || node.is::<FilterExec>()
+                || node.is::<CoalesceBatchesExec>()
+                || node.is::<CooperativeExec>());
         match node.children().as_slice() {
-            [child] => node = child,
+            [child] if row_wise => node = child,
             _ => return false,
         }
     }

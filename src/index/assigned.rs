@@ -5,6 +5,7 @@
 //! segment; the vectors are not read), translated through the reuse ledger, and limited to
 //! rows the segment still owns. Rows no segment owns keep [`UNASSIGNED`].
 
+use bytes::Bytes;
 use std::collections::HashMap;
 
 use super::cache::IndexCache;
@@ -42,12 +43,23 @@ pub async fn assigned_partitions(
             .map(|p| footer.addrs_range(p))
             .collect();
         let path = snapshot.dir.path(&segment.file);
-        let bytes = snapshot
+        // Empty partitions are not requested: some stores (object_store's InMemory) refuse
+        // an empty range.
+        let wanted: Vec<_> = ranges.iter().filter(|r| !r.is_empty()).cloned().collect();
+        let mut fetched = snapshot
             .dir
             .store()
-            .get_ranges(&path, &ranges)
+            .get_ranges(&path, &wanted)
             .await
-            .map_err(|e| FormatError::store(&path, e))?;
+            .map_err(|e| FormatError::store(&path, e))?
+            .into_iter();
+        let bytes: Vec<Bytes> = ranges
+            .iter()
+            .map(|r| match r.is_empty() {
+                true => Bytes::new(),
+                false => fetched.next().unwrap_or_default(),
+            })
+            .collect();
         let ownership = &owners[&segment.id];
         for (p, b) in bytes.iter().enumerate() {
             footer

@@ -10,8 +10,8 @@
 //! either; finding those would mean reading every vector, so the KNN rule does not ask for
 //! them (see `engine::knn_rule`).
 //!
-//! Rows come in logical order (fragments in manifest order, offsets ascending), deleted rows
-//! and rows outside the mask skipped. Cost: one footer per fragment (cached), plus the vector
+//! Rows come in logical order (fragments in manifest order, offsets ascending), deleted rows,
+//! rows outside the mask and (in a share of a split search) rows of other shares skipped. Cost: one footer per fragment (cached), plus the vector
 //! column of the row groups that may hold a NULL.
 
 use datafusion::arrow::array::{Array, AsArray};
@@ -40,6 +40,15 @@ impl Searcher<'_> {
             }
             let id = fragment.id;
             if fragment.physical_rows == 0 {
+                continue;
+            }
+            // A share answers only for its own rows: without this, every share of a split
+            // search would return the same NULL rows and the merge would repeat them.
+            if self
+                .scope
+                .as_ref()
+                .is_some_and(|s| !s.rows.contains_fragment(id))
+            {
                 continue;
             }
             // Mask rows in this fragment: rank of its last address minus rank before its first.
@@ -83,6 +92,7 @@ impl Searcher<'_> {
                     if undefined
                         && !deleted.is_some_and(|d| d.contains(offset as u32))
                         && self.req.mask.is_none_or(|m| m.contains(addr))
+                        && self.scope.as_ref().is_none_or(|s| s.rows.contains(addr))
                     {
                         found.push(addr);
                         if found.len() >= limit {
