@@ -13,7 +13,6 @@ use std::sync::Arc;
 
 use datafusion::common::Result;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
-use datafusion::physical_plan::coalesce_batches::CoalesceBatchesExec;
 use datafusion::physical_plan::coop::CooperativeExec;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::projection::ProjectionExec;
@@ -51,7 +50,7 @@ pub fn merge_sorts_over_fragvec(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn 
     .map(|t| t.data)
 }
 
-/// Whether `plan` is a chain of row-wise nodes (projections, filters, batch coalescing)
+/// Whether `plan` is a chain of row-wise nodes (projections, filters, cooperative yields)
 /// ending in a fragvec scan or KNN search: only then is sorting each task's rows and merging
 /// the same as sorting them all. A node that looks at several rows at once — a nested sort or
 /// top-k (`SELECT .. FROM (SELECT .. ORDER BY d LIMIT k) ORDER BY id`), a limit, an aggregate,
@@ -66,7 +65,6 @@ fn reads_one_fragvec_leaf(plan: &Arc<dyn ExecutionPlan>) -> bool {
         let row_wise = node.fetch().is_none()
             && (node.is::<ProjectionExec>()
                 || node.is::<FilterExec>()
-                || node.is::<CoalesceBatchesExec>()
                 || node.is::<CooperativeExec>());
         match node.children().as_slice() {
             [child] if row_wise => node = child,
