@@ -597,14 +597,26 @@ async fn index_changes_built_before_a_rewrite_conflict() {
     let before = dir.latest().await.unwrap();
     s.sql("COMPACT t").await.unwrap();
     let cache = fragvec::index::cache::IndexCache::new(1 << 20);
-    let err = index_ops::optimize(before.clone(), "i", OptimizeAction::Merge(1), &cache)
-        .await
-        .unwrap_err();
+    let err = index_ops::optimize(
+        before.clone(),
+        "i",
+        OptimizeAction::Merge(1),
+        &cache,
+        &Progress::none(),
+    )
+    .await
+    .unwrap_err();
     assert!(fragvec::engine::session::is_retryable(&err), "{err}");
     // Appending the fragment the compaction did not touch is still fine.
-    let rows = index_ops::optimize(before.clone(), "i", OptimizeAction::Append, &cache)
-        .await
-        .unwrap();
+    let rows = index_ops::optimize(
+        before.clone(),
+        "i",
+        OptimizeAction::Append,
+        &cache,
+        &Progress::none(),
+    )
+    .await
+    .unwrap();
     assert_eq!(rows, 10);
     s.sql("OPTIMIZE INDEX i ON t MERGE 2").await.unwrap();
     let q = "SELECT id, CAST(l2_distance(v, [14.2, 0]) AS BIGINT) FROM t \
