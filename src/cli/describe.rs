@@ -30,9 +30,10 @@ fn utf8(name: &str, values: Vec<String>) -> (Field, ArrayRef) {
     )
 }
 
-fn u64s(name: &str, values: Vec<u64>) -> (Field, ArrayRef) {
+/// A column of figures; `None` (a view's) shows as an empty cell.
+fn u64s(name: &str, values: Vec<Option<u64>>) -> (Field, ArrayRef) {
     (
-        Field::new(name, DataType::UInt64, false),
+        Field::new(name, DataType::UInt64, true),
         Arc::new(UInt64Array::from(values)),
     )
 }
@@ -54,16 +55,16 @@ pub async fn list(session: &FragvecSession) -> Result<String> {
         let m = &snapshot.manifest;
         names.push(name);
         kinds.push("table".to_string());
-        rows.push(m.fragments.iter().map(|f| f.live_rows()).sum::<u64>());
-        fragments.push(m.fragments.len() as u64);
-        indexes.push(m.indexes.len() as u64);
-        versions.push(snapshot.version());
+        rows.push(Some(m.fragments.iter().map(|f| f.live_rows()).sum::<u64>()));
+        fragments.push(Some(m.fragments.len() as u64));
+        indexes.push(Some(m.indexes.len() as u64));
+        versions.push(Some(snapshot.version()));
     }
     for name in db.view_names().await? {
         names.push(name);
         kinds.push("view".to_string());
         for figures in [&mut rows, &mut fragments, &mut indexes, &mut versions] {
-            figures.push(0);
+            figures.push(None);
         }
     }
     if names.is_empty() {
