@@ -2,7 +2,7 @@
 
 use clap::Parser;
 use fragvec::FragvecSession;
-use fragvec::cli::{Cli, Command, demo, output, shell};
+use fragvec::cli::{Cli, Command, demo, output, progress, shell, timing_line};
 
 #[tokio::main]
 async fn main() {
@@ -23,9 +23,14 @@ async fn run(cli: Cli) -> Result<(), String> {
         return fragvec::cli::worker::run(*listen, cli.db.as_deref()).await;
     }
     let session = open(&cli).await.map_err(|e| e.to_string())?;
+    progress::install(&session, cli.progress);
     if let Some(Command::Demo) = cli.command {
         return demo::run(&session, cli.format).await;
     }
+    let mut settings = shell::Settings {
+        format: cli.format,
+        timing: cli.timing,
+    };
     let mut scripts: Vec<String> = cli.commands.clone();
     if let Some(path) = &cli.file {
         scripts.push(
@@ -34,20 +39,33 @@ async fn run(cli: Cli) -> Result<(), String> {
         );
     }
     if scripts.is_empty() {
-        return shell::run(&session, cli.format).await;
+        return shell::run(&session, settings).await;
     }
     let mut out = std::io::stdout();
     let mut number = 0;
     for script in &scripts {
+        // A command line of its own may be one of the shell's backslash commands (`-c '\d t'`).
+        if script.trim_start().starts_with('\\') {
+            number += 1;
+            shell::command(&session, script, &mut settings)
+                .await
+                .map_err(|e| format!("statement {number}: {e}"))?;
+            continue;
+        }
         let statements = fragvec::sql::parse_statements(script)
             .map_err(|e| format!("statement {}: {e}", number + 1))?;
         for statement in statements {
             number += 1;
+            let started = std::time::Instant::now();
             let result = session
                 .execute(statement)
                 .await
                 .map_err(|e| format!("statement {number}: {e}"))?;
-            output::print(&result, cli.format, &mut out).map_err(|e| e.to_string())?;
+            let elapsed = started.elapsed();
+            output::print(&result, settings.format, &mut out).map_err(|e| e.to_string())?;
+            if settings.timing {
+                eprintln!("{}", timing_line(elapsed));
+            }
         }
     }
     Ok(())

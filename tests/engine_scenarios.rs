@@ -6,6 +6,7 @@ use datafusion::arrow::array::{AsArray, Int64Array};
 use datafusion::arrow::datatypes::Int64Type;
 
 use fragvec::engine::FragvecSession;
+use fragvec::format::progress::Progress;
 
 #[macro_use]
 mod support;
@@ -391,9 +392,13 @@ async fn compaction_races_dml_and_other_compactions(db: Location) {
     s.sql("DELETE FROM t WHERE id IN (3, 15, 1025)")
         .await
         .unwrap();
-    let (after_a, _) = execute(&before, &bins[..1]).await.unwrap();
+    let (after_a, _) = execute(&before, &bins[..1], &Progress::none())
+        .await
+        .unwrap();
     // The second compaction read the same old version; its sources are disjoint.
-    let (after_b, _) = execute(&before, &bins[1..]).await.unwrap();
+    let (after_b, _) = execute(&before, &bins[1..], &Progress::none())
+        .await
+        .unwrap();
     assert!(after_b.version() > after_a.version());
     assert_eq!(after_b.manifest.reuse_ledger.len(), 2);
     let ids = scan(&s, "SELECT id, id AS same FROM t").await;
@@ -421,7 +426,9 @@ async fn compaction_races_dml_and_other_compactions(db: Location) {
     s.sql("SET fragvec.update_mode = 'rewrite_columns'; UPDATE t SET v = [1, 1] WHERE id = 2000")
         .await
         .unwrap();
-    let err = execute(&before, &bins).await.unwrap_err();
+    let err = execute(&before, &bins, &Progress::none())
+        .await
+        .unwrap_err();
     assert!(err.is_retryable(), "{err}");
     // Through SQL the statement retries and succeeds.
     let r = s
@@ -520,7 +527,7 @@ async fn recluster_races_dml_and_compaction(db: Location) {
     s.sql("COMPACT t WITH (target_rows_per_fragment = 10)")
         .await
         .unwrap();
-    let (after, m) = recluster(&before, &spec).await.unwrap();
+    let (after, m) = recluster(&before, &spec, &Progress::none()).await.unwrap();
     assert_eq!((m.fragments_removed, m.destinations), (4, 4));
     assert_eq!(
         after.manifest.reuse_ledger.len(),
@@ -590,14 +597,26 @@ async fn index_changes_built_before_a_rewrite_conflict() {
     let before = dir.latest().await.unwrap();
     s.sql("COMPACT t").await.unwrap();
     let cache = fragvec::index::cache::IndexCache::new(1 << 20);
-    let err = index_ops::optimize(before.clone(), "i", OptimizeAction::Merge(1), &cache)
-        .await
-        .unwrap_err();
+    let err = index_ops::optimize(
+        before.clone(),
+        "i",
+        OptimizeAction::Merge(1),
+        &cache,
+        &Progress::none(),
+    )
+    .await
+    .unwrap_err();
     assert!(fragvec::engine::session::is_retryable(&err), "{err}");
     // Appending the fragment the compaction did not touch is still fine.
-    let rows = index_ops::optimize(before.clone(), "i", OptimizeAction::Append, &cache)
-        .await
-        .unwrap();
+    let rows = index_ops::optimize(
+        before.clone(),
+        "i",
+        OptimizeAction::Append,
+        &cache,
+        &Progress::none(),
+    )
+    .await
+    .unwrap();
     assert_eq!(rows, 10);
     s.sql("OPTIMIZE INDEX i ON t MERGE 2").await.unwrap();
     let q = "SELECT id, CAST(l2_distance(v, [14.2, 0]) AS BIGINT) FROM t \

@@ -15,6 +15,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::{DataType, Field, Float32Type, Schema, SchemaRef};
 use fragvec::format::index_meta::IndexKind;
+use fragvec::format::progress::Progress;
 use fragvec::format::{
     Database, NewFragment, NewRowIds, Operation, Snapshot, TableProperties, Transaction, commit,
     read_fragment, write_fragments,
@@ -133,7 +134,7 @@ async fn with_index(snap: &Snapshot, kind: IndexKind, metric: Metric) -> Snapsho
         num_partitions: Some(BLOBS),
         sample_size: None,
     };
-    optimize::create(snap, "i", "emb", kind, &opts)
+    optimize::create(snap, "i", "emb", kind, &opts, &Progress::none())
         .await
         .unwrap();
     snap.dir.latest().await.unwrap()
@@ -401,7 +402,7 @@ async fn unindexed_fragments_and_compacted_rows_merge_into_one_answer() {
         deletion_threshold: 0.1,
         ..Default::default()
     };
-    let (snap, metrics) = compact(&snap, &options).await.unwrap();
+    let (snap, metrics) = compact(&snap, &options, &Progress::none()).await.unwrap();
     assert!(metrics.fragments_removed > 0, "{metrics:?}");
     assert!(!snap.manifest.reuse_ledger.is_empty());
     let snap = append(&snap, rows(10_000, 700, &mut rng, &HashSet::new())).await;

@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use datafusion::arrow::array::AsArray;
 use fragvec::FragvecSession;
+use fragvec::format::progress::Progress;
 use fragvec::format::vacuum::vacuum;
 
 fn plant(path: &std::path::Path, bytes: usize, age: Duration) {
@@ -41,7 +42,9 @@ async fn vacuum_removes_old_temporary_files_in_every_folder() {
     plant(&fresh, 10, Duration::ZERO);
 
     let dir = s.database().table("t").unwrap();
-    let m = vacuum(&dir, None, Duration::from_secs(60)).await.unwrap();
+    let m = vacuum(&dir, None, Duration::from_secs(60), &Progress::none())
+        .await
+        .unwrap();
     for p in &old {
         assert!(!p.exists(), "{} survived VACUUM", p.display());
     }

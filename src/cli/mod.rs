@@ -1,7 +1,9 @@
 //! The `fragvec` command line: run SQL from `-c` / `-f`, an interactive shell, or the demo.
 
 pub mod demo;
+pub mod describe;
 pub mod output;
+pub mod progress;
 pub mod shell;
 #[cfg(feature = "distributed")]
 pub mod worker;
@@ -35,6 +37,12 @@ pub struct Cli {
     /// How to print results.
     #[arg(long, value_enum, default_value_t = Format::Table, global = true)]
     pub format: Format,
+    /// Progress bars of long statements on stderr (auto: when stderr is a terminal).
+    #[arg(long, value_enum, default_value_t = ProgressMode::Auto, global = true)]
+    pub progress: ProgressMode,
+    /// Print each statement's wall time on stderr (`\timing` toggles it in the shell).
+    #[arg(long, global = true)]
+    pub timing: bool,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -67,6 +75,21 @@ pub enum Format {
     Csv,
     /// One JSON object per row, one row per line.
     Json,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProgressMode {
+    /// When stderr is a terminal.
+    Auto,
+    /// Always, also into a file or pipe (as plain lines).
+    Always,
+    /// Never.
+    Never,
+}
+
+/// How long a statement took, as `--timing` and `\timing` print it.
+pub fn timing_line(elapsed: std::time::Duration) -> String {
+    format!("Time: {:.3} ms", elapsed.as_secs_f64() * 1000.0)
 }
 
 /// An error message on one line (DataFusion's messages may span several).

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use datafusion::common::{Result, plan_datafusion_err, plan_err};
 
 use crate::format::index_meta::IndexKind;
+use crate::format::progress::Progress;
 use crate::format::{self, FormatError, Snapshot};
 use crate::index::cache::IndexCache;
 use crate::index::distance::Metric;
@@ -56,6 +57,7 @@ pub async fn create(
     column: &str,
     kind: &str,
     options: &[(String, String)],
+    progress: &Progress,
 ) -> Result<u64> {
     let (opts, num_sub_vectors) = build_options(kind, options)?;
     let kind = match kind {
@@ -66,7 +68,7 @@ pub async fn create(
         },
         other => return plan_err!("unknown index type {other} (use IVF_FLAT or IVF_PQ)"),
     };
-    Ok(index_optimize::create(&snapshot, name, column, kind, &opts).await?)
+    Ok(index_optimize::create(&snapshot, name, column, kind, &opts, progress).await?)
 }
 
 /// `DROP INDEX [IF EXISTS] name ON t`.
@@ -82,13 +84,14 @@ pub async fn optimize(
     name: &str,
     action: OptimizeAction,
     cache: &IndexCache,
+    progress: &Progress,
 ) -> Result<u64> {
     let action = match action {
         OptimizeAction::Append => Optimize::Append,
         OptimizeAction::Merge(n) => Optimize::Merge(n),
         OptimizeAction::Retrain => Optimize::Retrain,
     };
-    Ok(index_optimize::optimize(snapshot, name, action, cache).await?)
+    Ok(index_optimize::optimize(snapshot, name, action, cache, progress).await?)
 }
 
 /// The latest snapshot of a table, or "table does not exist".

@@ -7,6 +7,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::{Result, plan_datafusion_err, plan_err};
 
 use crate::format::Snapshot;
+use crate::format::progress::Progress;
 use crate::format::vacuum::{VacuumMetrics, vacuum};
 use crate::rewrite::compact::{CompactionMetrics, compact};
 use crate::rewrite::plan::CompactionOptions;
@@ -55,9 +56,13 @@ pub fn compaction_options(
 }
 
 /// One compaction run over the latest version; the caller retries on conflicts.
-pub async fn run_compact(snapshot: &Snapshot, options: &[(String, String)]) -> Result<RecordBatch> {
+pub async fn run_compact(
+    snapshot: &Snapshot,
+    options: &[(String, String)],
+    progress: &Progress,
+) -> Result<RecordBatch> {
     let opts = compaction_options(snapshot, options)?;
-    let (_, m) = compact(snapshot, &opts).await?;
+    let (_, m) = compact(snapshot, &opts, progress).await?;
     compaction_batch(&m)
 }
 
@@ -74,12 +79,13 @@ pub async fn run_vacuum(
     snapshot: &Snapshot,
     retain: Option<u64>,
     grace: std::time::Duration,
+    progress: &Progress,
 ) -> Result<RecordBatch> {
     let VacuumMetrics {
         versions_removed,
         files_removed,
         bytes_removed,
-    } = vacuum(&snapshot.dir, retain, grace).await?;
+    } = vacuum(&snapshot.dir, retain, grace, progress).await?;
     u64_row(&[
         ("versions_removed", versions_removed),
         ("files_removed", files_removed),

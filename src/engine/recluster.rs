@@ -219,7 +219,8 @@ pub async fn run_recluster(
             }
         }
     }
-    let (_, m) = recluster(snapshot, &spec).await?;
+    let progress = super::session::progress_of(state.config());
+    let (_, m) = recluster(snapshot, &spec, &progress).await?;
     super::maintenance::u64_row(&[
         ("rows_rewritten", m.rows_rewritten),
         ("destinations", m.destinations),

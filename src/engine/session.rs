@@ -36,6 +36,7 @@ use super::udf;
 use super::vector_ops::VectorOperatorPlanner;
 use super::write::count_schema;
 use crate::format::commit::retry::with_retries;
+use crate::format::progress::{Progress, ProgressSink};
 use crate::format::{Database, Snapshot};
 
 pub use super::error::is_retryable;
@@ -46,6 +47,14 @@ pub use super::error::is_retryable;
 /// own planner ignores the mark.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CoordinatorOnly;
+
+/// The progress handle kept in a session's configuration (none when not set).
+pub fn progress_of(config: &SessionConfig) -> Progress {
+    config
+        .get_extension::<Progress>()
+        .map(|p| p.as_ref().clone())
+        .unwrap_or_default()
+}
 
 /// What one statement produced.
 #[derive(Debug, Clone)]
@@ -202,6 +211,30 @@ impl FragvecSession {
 
     pub fn database(&self) -> &Database {
         self.schema.database()
+    }
+
+    /// Reports the progress of long statements (CREATE VECTOR INDEX, OPTIMIZE INDEX, COMPACT,
+    /// RECLUSTER, INSERT / CREATE TABLE AS, VACUUM) run by this session and its clones to
+    /// `sink`, phase by phase (see [`crate::format::progress`]).
+    pub fn set_progress(&self, sink: Arc<dyn ProgressSink>) {
+        self.set_progress_handle(Progress::to(sink));
+    }
+
+    /// Stops reporting progress.
+    pub fn clear_progress(&self) {
+        self.set_progress_handle(Progress::none());
+    }
+
+    /// Kept as an extension of the session's configuration, so plans executing with the
+    /// session's task context (INSERT) find it as well as fragvec's own statements.
+    fn set_progress_handle(&self, progress: Progress) {
+        let state = self.ctx.state_ref();
+        state.write().config_mut().set_extension(Arc::new(progress));
+    }
+
+    /// Where this session's statements report progress.
+    pub fn progress(&self) -> Progress {
+        progress_of(self.ctx.state_ref().read().config())
     }
 
     /// Runs `attempt` until it succeeds, fails with an error that is not a retryable commit

@@ -23,6 +23,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 
 use crate::format::conform::conform_batch;
+use crate::format::progress::{Phase, Progress};
 use crate::format::{self, NewFragment, NewRowIds, Operation, Snapshot, Transaction};
 
 /// Schema of every DML result: one row, one `count` column.
@@ -41,10 +42,12 @@ pub fn count_batch(count: u64) -> Result<RecordBatch> {
     )?)
 }
 
-/// Writes `streams` (one per input partition, in order) as fragments of `snapshot`'s table.
+/// Writes `streams` (one per input partition, in order) as fragments of `snapshot`'s table,
+/// advancing `phase` by the rows written (the total is not known in advance).
 pub async fn write_streams(
     snapshot: &Snapshot,
     streams: Vec<SendableRecordBatchStream>,
+    phase: &Phase,
 ) -> Result<Vec<format::WrittenFragment>> {
     let schema = snapshot.schema.clone();
     let max_rows = snapshot.manifest.properties.max_rows_per_fragment;
@@ -53,11 +56,15 @@ pub async fn write_streams(
         .map(|stream| {
             let dir = snapshot.dir.clone();
             let schema = schema.clone();
+            let phase = phase.clone();
             SpawnedTask::spawn(async move {
                 // A failing source query ends the write with its error, as input the write
                 // cannot take; rows that do not fit the table are refused by the format.
                 let conformed = stream.map(|b| match b {
-                    Ok(b) => conform_batch(&b, &schema),
+                    Ok(b) => {
+                        phase.advance(b.num_rows() as u64);
+                        conform_batch(&b, &schema)
+                    }
                     Err(e) => Err(format::FormatError::InvalidInput(e.to_string())),
                 });
                 let written =
@@ -78,12 +85,15 @@ pub async fn write_streams(
 }
 
 /// Writes `streams` as new fragments and commits them as one append (rebased over concurrent
-/// commits). Returns the number of rows appended.
+/// commits). Returns the number of rows appended. Reports the phase "writing rows".
 pub async fn append_streams(
     snapshot: &Snapshot,
     streams: Vec<SendableRecordBatchStream>,
+    progress: &Progress,
 ) -> Result<u64> {
-    let written = write_streams(snapshot, streams).await?;
+    let writing = progress.phase("writing rows", None);
+    let written = write_streams(snapshot, streams, &writing).await?;
+    writing.finish();
     let rows = written.iter().map(|w| w.physical_rows).sum();
     if !written.is_empty() {
         let mut txn = Transaction::new(Operation::Append, snapshot.version());
@@ -190,7 +200,8 @@ impl ExecutionPlan for InsertExec {
             .map(|p| self.input.execute(p, context.clone()))
             .collect::<Result<Vec<_>>>()?;
         let snapshot = self.snapshot.clone();
-        let work = async move { count_batch(append_streams(&snapshot, streams).await?) };
+        let progress = super::session::progress_of(context.session_config());
+        let work = async move { count_batch(append_streams(&snapshot, streams, &progress).await?) };
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             count_schema(),
             futures::stream::once(work),

@@ -11,6 +11,7 @@
 //! * [`views`]: views stored in the database; [`vacuum`]: removing unreferenced files; [`introspect`]: the table's state as batches;
 //! * [`types`]: the `VECTOR(n)` type; [`conform`]: batches conformed to a table schema;
 //! * [`metered_store`]: a store wrapper counting requests and adding latency (benchmarks);
+//! * [`progress`]: progress of long statements, reported to a sink the embedder provides;
 //! * [`error`]: the layer's error type, `FormatError`.
 //!
 //! This layer speaks Arrow, Parquet and `object_store` only; it knows nothing of DataFusion's
@@ -28,6 +29,7 @@ pub mod introspect;
 pub mod ledger_io;
 pub mod manifest;
 pub mod metered_store;
+pub mod progress;
 pub mod row_map_file;
 pub mod rowids;
 pub mod store;

@@ -24,6 +24,7 @@ use object_store::ObjectStoreExt;
 
 use super::error::{FormatError, Result};
 use super::manifest::Manifest;
+use super::progress::Progress;
 use super::store::TableDir;
 
 /// Default grace period: files and versions younger than this may matter to a commit in
@@ -54,8 +55,14 @@ pub fn referenced_files(m: &Manifest) -> HashSet<String> {
 }
 
 /// Removes what the newest `retain` versions do not need (`None`: keep every version).
-/// `grace`: unreferenced files younger than this are kept.
-pub async fn vacuum(dir: &TableDir, retain: Option<u64>, grace: Duration) -> Result<VacuumMetrics> {
+/// `grace`: unreferenced files younger than this are kept. Reports the phases "reading
+/// manifests", "examining files", "removing files" and "removing versions" to `progress`.
+pub async fn vacuum(
+    dir: &TableDir,
+    retain: Option<u64>,
+    grace: Duration,
+    progress: &Progress,
+) -> Result<VacuumMetrics> {
     let versions = dir.versions().await?;
     if versions.is_empty() {
         return Err(FormatError::NotFound(dir.name().to_string()));
@@ -75,9 +82,15 @@ pub async fn vacuum(dir: &TableDir, retain: Option<u64>, grace: Duration) -> Res
         }
     }
     let mut keep = HashSet::new();
+    let reading = progress.phase(
+        "reading manifests",
+        Some((versions.len() - keep_from) as u64),
+    );
     for v in &versions[keep_from..] {
         keep.extend(referenced_files(&dir.load_manifest(*v).await?));
+        reading.advance(1);
     }
+    reading.finish();
     let mut metrics = VacuumMetrics::default();
     let root = dir.path("");
     let objects: Vec<_> = dir
@@ -86,7 +99,10 @@ pub async fn vacuum(dir: &TableDir, retain: Option<u64>, grace: Duration) -> Res
         .try_collect()
         .await
         .map_err(|e| FormatError::store(&root, e))?;
+    let examining = progress.phase("examining files", Some(objects.len() as u64));
+    let mut doomed = Vec::new();
     for object in objects {
+        examining.advance(1);
         let full = object.location.as_ref();
         let Some(relative) = full
             .strip_prefix(root.as_ref())
@@ -100,22 +116,31 @@ pub async fn vacuum(dir: &TableDir, retain: Option<u64>, grace: Duration) -> Res
         if object.last_modified.timestamp_millis() > cutoff_ms {
             continue;
         }
+        doomed.push(object);
+    }
+    examining.finish();
+    let removing = progress.phase("removing files", Some(doomed.len() as u64));
+    for object in doomed {
         dir.store()
             .delete(&object.location)
             .await
             .map_err(|e| FormatError::store(&object.location, e))?;
         metrics.files_removed += 1;
         metrics.bytes_removed += object.size;
+        removing.advance(1);
     }
+    removing.finish();
     if let Some(local) = dir.local_dir() {
         let (files, bytes) = remove_temporary_files(local, grace).await?;
         metrics.files_removed += files;
         metrics.bytes_removed += bytes;
     }
     // Manifests last: until here every dropped version still read.
+    let dropping = progress.phase("removing versions", Some(keep_from as u64));
     for v in &versions[..keep_from] {
         dir.delete_manifest(*v).await?;
         metrics.versions_removed += 1;
+        dropping.advance(1);
     }
     Ok(metrics)
 }

@@ -16,6 +16,7 @@ use super::kmeans;
 use super::segment::{self, Partition};
 use crate::format::commit::NewSegment;
 use crate::format::index_meta::IndexKind;
+use crate::format::progress::{Phase, Progress};
 use crate::format::store::random_tag;
 use crate::format::{FormatError, Result, Snapshot, TableDir, read_fragment};
 use crate::ledger::ids::row_address;
@@ -27,6 +28,9 @@ pub const MAX_PARTITIONS: usize = 65536;
 /// Seed of every k-means run, so builds are reproducible.
 pub const SEED: u64 = 0x5eed_f4a9;
 
+/// Most Lloyd iterations when training IVF centroids.
+pub const KMEANS_ITERATIONS: usize = 20;
+
 /// The live, non-NULL vectors of some fragments: addresses and a flat `n × dim` matrix.
 #[derive(Debug, Default)]
 pub struct Vectors {
@@ -34,11 +38,24 @@ pub struct Vectors {
     pub values: Vec<f32>,
 }
 
+/// The physical rows of `fragments` (ids): the total of a phase reading them.
+pub fn physical_rows(snapshot: &Snapshot, fragments: &BTreeSet<u64>) -> u64 {
+    snapshot
+        .manifest
+        .fragments
+        .iter()
+        .filter(|f| fragments.contains(&f.id))
+        .map(|f| f.physical_rows)
+        .sum()
+}
+
 /// Reads the vectors of `fragments` (ids) of `column`, skipping deleted rows and NULLs.
+/// Advances `phase` by the physical rows read (see [`physical_rows`]).
 pub async fn read_vectors(
     snapshot: &Snapshot,
     column: &str,
     fragments: &BTreeSet<u64>,
+    phase: &Phase,
 ) -> Result<Vectors> {
     let field = snapshot
         .schema
@@ -71,12 +88,14 @@ pub async fn read_vectors(
                     .extend_from_slice(&values[i * dim..(i + 1) * dim]);
             }
             offset += list.len() as u64;
+            phase.advance(list.len() as u64);
         }
     }
     Ok(out)
 }
 
-/// Trains the IVF model (and PQ codebooks) on a sample of `vectors`.
+/// Trains the IVF model (and PQ codebooks) on a sample of `vectors`, reporting the phases
+/// "k-means" (iterations) and, for IVF_PQ, "PQ codebooks" (one per sub-vector).
 pub fn train(
     vectors: &Vectors,
     dim: usize,
@@ -84,6 +103,7 @@ pub fn train(
     kind: &IndexKind,
     num_partitions: usize,
     sample_size: usize,
+    progress: &Progress,
 ) -> std::result::Result<IvfModel, String> {
     let n = vectors.addrs.len();
     if n == 0 {
@@ -115,7 +135,12 @@ pub fn train(
     if data.is_empty() {
         return Err("every vector has zero norm; a cosine index needs non-zero vectors".into());
     }
-    let mut centroids = kmeans::train(&data, dim, num_partitions, 20, SEED);
+    let iterations = progress.phase("k-means", Some(KMEANS_ITERATIONS as u64));
+    let mut centroids =
+        kmeans::train_observed(&data, dim, num_partitions, KMEANS_ITERATIONS, SEED, &|| {
+            iterations.advance(1)
+        });
+    iterations.finish();
     // Fewer distinct training rows than partitions: pad so the model has exactly the
     // partitions its definition records (the extra ones stay empty).
     while centroids.len() < num_partitions * dim {
@@ -131,7 +156,10 @@ pub fn train(
                     "num_sub_vectors ({m}) must divide the dimension ({dim})"
                 ));
             }
-            Some(ProductQuantizer::train(&data, dim, m, SEED))
+            let codebooks = progress.phase("PQ codebooks", Some(m as u64));
+            Some(ProductQuantizer::train(&data, dim, m, SEED, &|| {
+                codebooks.advance(1)
+            }))
         }
     };
     Ok(IvfModel {
@@ -154,11 +182,23 @@ pub async fn write_model(dir: &TableDir, index: &str, model: &IvfModel) -> Resul
     Ok((relative, size))
 }
 
-/// Groups vectors by partition and encodes them as the model's index kind stores them.
-pub fn partition(model: &IvfModel, vectors: &Vectors) -> Vec<Partition> {
+/// Rows assigned between two progress reports.
+const ASSIGN_REPORT_ROWS: usize = 4096;
+
+/// Groups vectors by partition and encodes them as the model's index kind stores them;
+/// advances `phase` by the rows assigned.
+pub fn partition(model: &IvfModel, vectors: &Vectors, phase: &Phase) -> Vec<Partition> {
     let dim = model.dim;
     let mut parts = vec![Partition::default(); model.partitions()];
-    for (addr, v) in vectors.addrs.iter().zip(vectors.values.chunks_exact(dim)) {
+    for (i, (addr, v)) in vectors
+        .addrs
+        .iter()
+        .zip(vectors.values.chunks_exact(dim))
+        .enumerate()
+    {
+        if i > 0 && i % ASSIGN_REPORT_ROWS == 0 {
+            phase.advance(ASSIGN_REPORT_ROWS as u64);
+        }
         // Zero vectors under cosine have no direction; they live in partition 0 and score
         // as "no distance".
         let prepared = model.prepare(v);
@@ -173,18 +213,12 @@ pub fn partition(model: &IvfModel, vectors: &Vectors) -> Vec<Partition> {
             },
         }
     }
+    let n = vectors.addrs.len();
+    if n > 0 {
+        // The last (partial or whole) block of rows.
+        phase.advance((n - (n - 1) / ASSIGN_REPORT_ROWS * ASSIGN_REPORT_ROWS) as u64);
+    }
     parts
-}
-
-/// Writes a segment file of `vectors` covering `fragments`.
-pub async fn write_segment(
-    dir: &TableDir,
-    index: &str,
-    model: &IvfModel,
-    vectors: &Vectors,
-    fragments: BTreeSet<u64>,
-) -> Result<NewSegment> {
-    write_partitions(dir, index, model, partition(model, vectors), fragments).await
 }
 
 /// Writes already partitioned rows as a segment file covering `fragments`.

@@ -34,8 +34,15 @@ impl ProductQuantizer {
         dim / self.sub_vectors
     }
 
-    /// Trains codebooks on residual-free vectors (`n × dim`).
-    pub fn train(data: &[f32], dim: usize, sub_vectors: usize, seed: u64) -> Self {
+    /// Trains codebooks on residual-free vectors (`n × dim`), calling `on_codebook` after each
+    /// of the `sub_vectors` codebooks.
+    pub fn train(
+        data: &[f32],
+        dim: usize,
+        sub_vectors: usize,
+        seed: u64,
+        on_codebook: &dyn Fn(),
+    ) -> Self {
         let sub_dim = dim / sub_vectors;
         let n = data.len() / dim;
         let mut codebooks = Vec::with_capacity(sub_vectors * PQ_CODES * sub_dim);
@@ -55,6 +62,7 @@ impl ProductQuantizer {
                 }
             }
             codebooks.extend_from_slice(&book[..PQ_CODES * sub_dim]);
+            on_codebook();
         }
         Self {
             sub_vectors,
@@ -317,7 +325,7 @@ mod tests {
         for i in 0..600 {
             data.extend_from_slice(&[(i % 7) as f32, (i % 5) as f32, (i % 3) as f32, 1.0]);
         }
-        let pq = ProductQuantizer::train(&data, 4, 2, 1);
+        let pq = ProductQuantizer::train(&data, 4, 2, 1, &|| {});
         let mut codes = Vec::new();
         pq.encode(&[3.0, 2.0, 1.0, 1.0], &mut codes);
         let table = pq.distance_table(&[3.0, 2.0, 1.0, 1.0], Metric::L2);

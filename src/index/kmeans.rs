@@ -49,6 +49,19 @@ pub fn assign(data: &[f32], dim: usize, centroids: &[f32]) -> Vec<(u32, f32)> {
 /// Trains `k` centroids on `data` (`n × dim`). With fewer than `k` rows, returns the rows
 /// themselves (and as many centroids as rows). Deterministic for a given seed.
 pub fn train(data: &[f32], dim: usize, k: usize, max_iters: usize, seed: u64) -> Vec<f32> {
+    train_observed(data, dim, k, max_iters, seed, &|| {})
+}
+
+/// [`train`], calling `on_iteration` after each of its (at most `max_iters`) iterations, so a
+/// caller can report progress; convergence may end the run before `max_iters`.
+pub fn train_observed(
+    data: &[f32],
+    dim: usize,
+    k: usize,
+    max_iters: usize,
+    seed: u64,
+    on_iteration: &dyn Fn(),
+) -> Vec<f32> {
     assert!(
         dim > 0 && data.len().is_multiple_of(dim),
         "data must be n × dim"
@@ -66,6 +79,7 @@ pub fn train(data: &[f32], dim: usize, k: usize, max_iters: usize, seed: u64) ->
     for _ in 0..max_iters {
         let assignment = assign(data, dim, &centroids);
         let labels: Vec<u32> = assignment.iter().map(|(i, _)| *i).collect();
+        on_iteration();
         if labels == previous {
             break;
         }
@@ -121,6 +135,20 @@ mod tests {
             let (_, d) = nearest(&a, 2, &c);
             assert!(d < 1.0, "a centroid near {c:?}: {a:?}");
         }
+    }
+
+    #[test]
+    fn reports_each_iteration_up_to_the_limit() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let data: Vec<f32> = (0..500 * 2).map(|_| rng.random::<f32>()).collect();
+        let iterations = std::cell::Cell::new(0);
+        let observed = train_observed(&data, 2, 8, 3, 9, &|| iterations.set(iterations.get() + 1));
+        assert_eq!(
+            iterations.get(),
+            3,
+            "uniform data does not converge in 3 iterations"
+        );
+        assert_eq!(observed, train(&data, 2, 8, 3, 9));
     }
 
     #[test]

@@ -19,6 +19,7 @@ use super::error::{IndexError, Result};
 use super::ownership::unowned_fragments;
 use crate::format::commit::{IndexChange, NewSegment};
 use crate::format::index_meta::{IndexDef, IndexKind, IndexSegment};
+use crate::format::progress::Progress;
 use crate::format::types::vector_dim;
 use crate::format::{self, Operation, Snapshot, Transaction};
 use crate::ledger::ids::split_row_address;
@@ -104,13 +105,15 @@ async fn replace_segments(
 }
 
 /// Builds a whole index (one segment over every fragment) on `snapshot`. Returns the new
-/// definition and segment, uncommitted, and the fragments it read.
+/// definition and segment, uncommitted, and the fragments it read. Phases: "reading vectors"
+/// (rows), "k-means" (iterations), "PQ codebooks", "assigning rows", "writing index files".
 async fn build_full(
     snapshot: &Snapshot,
     name: &str,
     column: &str,
     kind: IndexKind,
     opts: &BuildOptions,
+    progress: &Progress,
 ) -> Result<(IndexDef, NewSegment, BTreeSet<u64>)> {
     let field = snapshot
         .schema
@@ -125,22 +128,40 @@ async fn build_full(
         });
     };
     let fragments: BTreeSet<u64> = snapshot.manifest.fragments.iter().map(|f| f.id).collect();
-    let vectors = build::read_vectors(snapshot, column, &fragments).await?;
+    let reading = progress.phase(
+        "reading vectors",
+        Some(build::physical_rows(snapshot, &fragments)),
+    );
+    let vectors = build::read_vectors(snapshot, column, &fragments, &reading).await?;
+    reading.finish();
     let rows = vectors.addrs.len();
     let partitions = opts
         .num_partitions
         .unwrap_or_else(|| ((rows as f64).sqrt() as usize).clamp(1, 1024));
     let sample = opts.sample_size.unwrap_or(256 * partitions).max(partitions);
-    let model =
-        build::train(&vectors, dim, opts.metric, &kind, partitions, sample).map_err(|e| {
-            IndexError::Build {
-                index: name.to_string(),
-                reason: e.to_string(),
-            }
-        })?;
+    let model = build::train(
+        &vectors,
+        dim,
+        opts.metric,
+        &kind,
+        partitions,
+        sample,
+        progress,
+    )
+    .map_err(|e| IndexError::Build {
+        index: name.to_string(),
+        reason: e.to_string(),
+    })?;
+    let assigning = progress.phase("assigning rows", Some(vectors.addrs.len() as u64));
+    let parts = build::partition(&model, &vectors, &assigning);
+    assigning.finish();
+    let writing = progress.phase("writing index files", Some(2));
     let (model_file, model_size) = build::write_model(&snapshot.dir, name, &model).await?;
+    writing.advance(1);
     let segment =
-        build::write_segment(&snapshot.dir, name, &model, &vectors, fragments.clone()).await?;
+        build::write_partitions(&snapshot.dir, name, &model, parts, fragments.clone()).await?;
+    writing.advance(1);
+    writing.finish();
     let def = IndexDef {
         name: name.to_string(),
         column: column.to_string(),
@@ -162,6 +183,7 @@ pub async fn create(
     column: &str,
     kind: IndexKind,
     opts: &BuildOptions,
+    progress: &Progress,
 ) -> Result<u64> {
     if snapshot.manifest.index(name).is_some() {
         return Err(IndexError::AlreadyExists {
@@ -169,7 +191,7 @@ pub async fn create(
             table: snapshot.name().to_string(),
         });
     }
-    let (def, segment, covered) = build_full(snapshot, name, column, kind, opts).await?;
+    let (def, segment, covered) = build_full(snapshot, name, column, kind, opts, progress).await?;
     let rows = segment.rows;
     let txn = index_txn(
         snapshot,
@@ -226,6 +248,7 @@ pub async fn optimize(
     name: &str,
     action: Optimize,
     cache: &IndexCache,
+    progress: &Progress,
 ) -> Result<u64> {
     let Some(def) = snapshot.manifest.index(name).cloned() else {
         return Err(not_found(&snapshot, name));
@@ -237,8 +260,15 @@ pub async fn optimize(
                 num_partitions: Some(def.num_partitions as usize),
                 sample_size: None,
             };
-            let (new_def, segment, covered) =
-                build_full(&snapshot, name, &def.column, def.kind.clone(), &opts).await?;
+            let (new_def, segment, covered) = build_full(
+                &snapshot,
+                name,
+                &def.column,
+                def.kind.clone(),
+                &opts,
+                progress,
+            )
+            .await?;
             let remove = snapshot.manifest.segments_of(name).map(|s| s.id).collect();
             let new_def = IndexDef {
                 created_at_version: def.created_at_version,
@@ -253,12 +283,23 @@ pub async fn optimize(
                 return Ok(0);
             }
             let model = cache.model(&snapshot.dir, &def).await?;
-            let vectors = build::read_vectors(&snapshot, &def.column, &fresh).await?;
+            let reading = progress.phase(
+                "reading vectors",
+                Some(build::physical_rows(&snapshot, &fresh)),
+            );
+            let vectors = build::read_vectors(&snapshot, &def.column, &fresh, &reading).await?;
+            reading.finish();
+            let assigning = progress.phase("assigning rows", Some(vectors.addrs.len() as u64));
+            let parts = build::partition(&model, &vectors, &assigning);
+            assigning.finish();
+            let writing = progress.phase("writing index files", Some(1));
             let segment =
-                build::write_segment(&snapshot.dir, name, &model, &vectors, fresh.clone()).await?;
+                build::write_partitions(&snapshot.dir, name, &model, parts, fresh.clone()).await?;
+            writing.advance(1);
+            writing.finish();
             replace_segments(&snapshot, name, vec![], segment, None, &fresh).await
         }
-        Optimize::Merge(n) => merge(snapshot, &def, n, cache).await,
+        Optimize::Merge(n) => merge(snapshot, &def, n, cache, progress).await,
     }
 }
 
@@ -270,6 +311,7 @@ pub async fn merge(
     def: &IndexDef,
     n: usize,
     cache: &IndexCache,
+    progress: &Progress,
 ) -> Result<u64> {
     let manifest = &snapshot.manifest;
     let dir = &snapshot.dir;
@@ -311,7 +353,15 @@ pub async fn merge(
     let mut live_frags = BTreeSet::new();
     // Rows of partly owned fragments the inputs hold; the rest are read from the table.
     let mut partial: HashMap<u64, roaring::RoaringBitmap> = HashMap::new();
+    let mut footers = Vec::with_capacity(inputs.len());
     for segment in &inputs {
+        footers.push(cache.segment_footer(dir, segment, &model).await?);
+    }
+    let reading_segments = progress.phase(
+        "reading segments",
+        Some(footers.iter().map(|f| f.partitions.len() as u64).sum()),
+    );
+    for (segment, footer) in inputs.iter().zip(&footers) {
         let ownership = &owners[&segment.id];
         for (f, c) in &ownership.fragments {
             live_frags.insert(*f);
@@ -319,9 +369,9 @@ pub async fn merge(
                 *partial.entry(*f).or_default() |= rows;
             }
         }
-        let footer = cache.segment_footer(dir, segment, &model).await?;
         for p in 0..footer.partitions.len() {
-            let part = cache.partition(dir, &segment.file, &footer, p, pq).await?;
+            reading_segments.advance(1);
+            let part = cache.partition(dir, &segment.file, footer, p, pq).await?;
             // Rows moved by rewrites get their current address: the merged file needs no
             // translation (this is where the ledger's translations are materialized).
             let moved = view
@@ -350,10 +400,18 @@ pub async fn merge(
             }
         }
     }
+    reading_segments.finish();
     let fresh = unowned_fragments(&snapshot.manifest, &owners);
-    let mut new_vectors = build::read_vectors(&snapshot, &def.column, &fresh).await?;
     let partial_ids: BTreeSet<u64> = partial.keys().copied().collect();
-    let rest = build::read_vectors(&snapshot, &def.column, &partial_ids).await?;
+    let reading = progress.phase(
+        "reading vectors",
+        Some(
+            build::physical_rows(&snapshot, &fresh) + build::physical_rows(&snapshot, &partial_ids),
+        ),
+    );
+    let mut new_vectors = build::read_vectors(&snapshot, &def.column, &fresh, &reading).await?;
+    let rest = build::read_vectors(&snapshot, &def.column, &partial_ids, &reading).await?;
+    reading.finish();
     for (i, addr) in rest.addrs.iter().enumerate() {
         let (f, o) = split_row_address(*addr);
         if partial[&f].contains(o as u32) {
@@ -368,14 +426,19 @@ pub async fn merge(
     let covered: BTreeSet<u64> = live_frags.union(&fresh).copied().collect();
     bitmap.extend(fresh.iter().copied());
     let all_inputs = inputs.len() == all.len();
+    let assigning = progress.phase(
+        "assigning rows",
+        Some((kept.addrs.len() + new_vectors.addrs.len()) as u64),
+    );
     let mut partitions = build::partition(
         &model,
         &Vectors {
             addrs: kept.addrs,
             values: kept.values,
         },
+        &assigning,
     );
-    for (p, fresh_part) in build::partition(&model, &new_vectors)
+    for (p, fresh_part) in build::partition(&model, &new_vectors, &assigning)
         .into_iter()
         .enumerate()
     {
@@ -389,12 +452,16 @@ pub async fn merge(
     }
     // When the merge rewrites every segment, partitions that outgrew their share can be split:
     // no other segment still uses the old centroids.
+    assigning.finish();
     let mut model = (*model).clone();
     let mut new_def = None;
+    let mut writing = None;
     if all_inputs && model.pq.is_none() {
         let split = super::ivf::split_oversized(&mut model, &mut partitions, build::SEED);
         if !split.is_empty() {
+            let phase = writing.insert(progress.phase("writing index files", Some(2)));
             let (model_file, model_size_bytes) = build::write_model(dir, &def.name, &model).await?;
+            phase.advance(1);
             new_def = Some(IndexDef {
                 num_partitions: model.partitions() as u32,
                 model_file,
@@ -403,8 +470,11 @@ pub async fn merge(
             });
         }
     }
+    let writing = writing.unwrap_or_else(|| progress.phase("writing index files", Some(1)));
     let segment =
         build::write_partitions(dir, &def.name, &model, partitions, bitmap.clone()).await?;
+    writing.advance(1);
+    writing.finish();
     // Fragments of the provenance still in the table whose rows the merged file does not hold
     // (their rows were stale, or another segment owns them) are not in `covered`, so the
     // commit records them as invalidated in the new segment.

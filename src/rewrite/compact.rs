@@ -18,6 +18,7 @@ use super::{Result, live_rows, read_ahead};
 use crate::format::commit::Rewrite;
 use crate::format::fragment_io::write_sized_fragments;
 use crate::format::ledger_io::load_ledger;
+use crate::format::progress::{Phase, Progress};
 use crate::format::rowids::RowIdSequence;
 use crate::format::{
     FormatError, Fragment, NewFragment, NewRowIds, Operation, Snapshot, Transaction, commit,
@@ -96,15 +97,18 @@ pub async fn plan(snapshot: &Snapshot, options: &CompactionOptions) -> Result<Co
 pub async fn compact(
     snapshot: &Snapshot,
     options: &CompactionOptions,
+    progress: &Progress,
 ) -> Result<(Snapshot, CompactionMetrics)> {
     let plan = plan(snapshot, options).await?;
-    execute(snapshot, &plan.bins).await
+    execute(snapshot, &plan.bins, progress).await
 }
 
-/// Rewrites `bins` (planned on `snapshot`) and commits them as one transaction.
+/// Rewrites `bins` (planned on `snapshot`) and commits them as one transaction. Reports the
+/// phase "rewriting fragments" (live rows written, of all bins).
 pub async fn execute(
     snapshot: &Snapshot,
     bins: &[CompactionBin],
+    progress: &Progress,
 ) -> Result<(Snapshot, CompactionMetrics)> {
     if bins.is_empty() {
         return Ok((
@@ -115,11 +119,19 @@ pub async fn execute(
             },
         ));
     }
-    let bins: Vec<_> = bins.iter().map(|bin| rewrite_bin(snapshot, bin)).collect();
+    let rewriting = progress.phase(
+        "rewriting fragments",
+        Some(bins.iter().map(|b| b.live_rows).sum()),
+    );
+    let bins: Vec<_> = bins
+        .iter()
+        .map(|bin| rewrite_bin(snapshot, bin, &rewriting))
+        .collect();
     let rewrites: Vec<Rewrite> = stream::iter(bins)
         .buffered(PARALLEL_BINS)
         .try_collect()
         .await?;
+    rewriting.finish();
     let mut metrics = CompactionMetrics::default();
     for r in &rewrites {
         metrics.fragments_removed += r.sources.len() as u64;
@@ -137,8 +149,9 @@ pub async fn execute(
     Ok((next, metrics))
 }
 
-/// Reads one bin's sources in order (deleted rows dropped) and writes its outputs.
-async fn rewrite_bin(snapshot: &Snapshot, bin: &CompactionBin) -> Result<Rewrite> {
+/// Reads one bin's sources in order (deleted rows dropped) and writes its outputs, advancing
+/// `phase` by the rows read.
+async fn rewrite_bin(snapshot: &Snapshot, bin: &CompactionBin, phase: &Phase) -> Result<Rewrite> {
     let manifest = &snapshot.manifest;
     let dir = &snapshot.dir;
     let sources: Vec<&Fragment> = bin
@@ -175,7 +188,12 @@ async fn rewrite_bin(snapshot: &Snapshot, bin: &CompactionBin) -> Result<Rewrite
         .zip(&deletions)
         .map(|(f, deleted)| live_rows(snapshot, f, deleted.clone(), snapshot.schema.clone()))
         .collect::<Vec<_>>();
-    let rows = read_ahead(reads, 2);
+    let phase = phase.clone();
+    let rows = read_ahead(reads, 2).inspect(move |batch| {
+        if let Ok(b) = batch {
+            phase.advance(b.num_rows() as u64);
+        }
+    });
     let written =
         write_sized_fragments(dir, &schema, rows, bin.output_rows.iter().copied()).await?;
     let sizes: Vec<u64> = written.iter().map(|w| w.physical_rows).collect();

@@ -23,6 +23,7 @@ use super::{Result, RewriteError, live_rows, read_ahead};
 const READ_AHEAD: usize = 2;
 use crate::format::commit::{Rewrite, RowMapRef};
 use crate::format::fragment_io::write_partitioned;
+use crate::format::progress::Progress;
 use crate::format::rowids::RowIdSequence;
 use crate::format::store::random_tag;
 use crate::format::{
@@ -72,14 +73,23 @@ fn eval(columns: &dyn RowColumns, batch: &RecordBatch) -> Result<Vec<ArrayRef>> 
         .map_err(|source| RewriteError::KeyEvaluation { source })
 }
 
-/// The fragments RECLUSTER rewrites: all, or those with a live row passing the filter.
-async fn sources(snapshot: &Snapshot, spec: &ReclusterSpec) -> Result<Vec<Fragment>> {
+/// The fragments RECLUSTER rewrites: all, or those with a live row passing the filter
+/// (phase "selecting fragments", fragments examined).
+async fn sources(
+    snapshot: &Snapshot,
+    spec: &ReclusterSpec,
+    progress: &Progress,
+) -> Result<Vec<Fragment>> {
+    let Some(filter) = &spec.filter else {
+        return Ok(snapshot.manifest.fragments.clone());
+    };
+    let selecting = progress.phase(
+        "selecting fragments",
+        Some(snapshot.manifest.fragments.len() as u64),
+    );
     let mut out = Vec::new();
     for f in &snapshot.manifest.fragments {
-        let Some(filter) = &spec.filter else {
-            out.push(f.clone());
-            continue;
-        };
+        selecting.advance(1);
         let deleted = Arc::new(snapshot.dir.read_deletions(f).await?);
         let mut rows = live_rows(snapshot, f, deleted, filter.input_schema());
         let mut hit = false;
@@ -103,12 +113,14 @@ async fn sources(snapshot: &Snapshot, spec: &ReclusterSpec) -> Result<Vec<Fragme
 
 /// Plans, rewrites and commits one recluster. Concurrent deletions of source rows are
 /// carried over to the destinations through the row map; an in-place rewrite or removal of
-/// a source is a retryable conflict.
+/// a source is a retryable conflict. Phases: "selecting fragments" (with a filter),
+/// "evaluating keys" and "writing destinations" (live rows).
 pub async fn recluster(
     snapshot: &Snapshot,
     spec: &ReclusterSpec,
+    progress: &Progress,
 ) -> Result<(Snapshot, ReclusterMetrics)> {
-    let sources = sources(snapshot, spec).await?;
+    let sources = sources(snapshot, spec, progress).await?;
     let unchanged = ReclusterMetrics {
         version: snapshot.version(),
         ..Default::default()
@@ -120,7 +132,9 @@ pub async fn recluster(
     for f in &sources {
         deletions.push(Arc::new(snapshot.dir.read_deletions(f).await?));
     }
+    let live: u64 = sources.iter().map(Fragment::live_rows).sum();
     // Pass one: keys of the live rows, in scan order.
+    let evaluating = progress.phase("evaluating keys", Some(live));
     let mut key_columns: Vec<Vec<ArrayRef>> = Vec::new();
     let reads: Vec<_> = sources
         .iter()
@@ -129,8 +143,11 @@ pub async fn recluster(
         .collect();
     let mut rows = read_ahead(reads, READ_AHEAD);
     while let Some(batch) = rows.next().await {
-        key_columns.push(eval(spec.keys.as_ref(), &batch?)?);
+        let batch = batch?;
+        key_columns.push(eval(spec.keys.as_ref(), &batch)?);
+        evaluating.advance(batch.num_rows() as u64);
     }
+    evaluating.finish();
     let fields: Vec<SortField> = match key_columns.first() {
         Some(cols) => cols
             .iter()
@@ -138,7 +155,6 @@ pub async fn recluster(
             .collect(),
         None => vec![],
     };
-    let live: u64 = sources.iter().map(Fragment::live_rows).sum();
     let labels: Vec<u16>;
     let m: usize;
     if live == 0 {
@@ -167,18 +183,19 @@ pub async fn recluster(
         .zip(&deletions)
         .map(|(f, d)| live_rows(snapshot, f, d.clone(), snapshot.schema.clone()))
         .collect();
+    let writing = progress.phase("writing destinations", Some(live));
     let written = if m == 0 {
         vec![]
     } else {
-        write_partitioned(
-            &snapshot.dir,
-            &snapshot.schema,
-            read_ahead(reads, READ_AHEAD),
-            &labels,
-            m,
-        )
-        .await?
+        let advancing = writing.clone();
+        let rows = read_ahead(reads, READ_AHEAD).inspect(move |batch| {
+            if let Ok(b) = batch {
+                advancing.advance(b.num_rows() as u64);
+            }
+        });
+        write_partitioned(&snapshot.dir, &snapshot.schema, rows, &labels, m).await?
     };
+    writing.finish();
     let mut ids_of: Vec<Vec<u64>> = vec![Vec::new(); m];
     if snapshot.manifest.properties.stable_row_ids {
         let mut i = 0;

@@ -104,7 +104,7 @@ pub async fn create_table(
     let state = session.order_preserving_state();
     let df = DataFrame::new(state, cmd.input.as_ref().clone());
     let streams = df.execute_stream_partitioned().await?;
-    let rows = append_streams(&snapshot, streams).await?;
+    let rows = append_streams(&snapshot, streams, &session.progress()).await?;
     StatementResult::count(rows)
 }
 

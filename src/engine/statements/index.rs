@@ -18,7 +18,10 @@ pub async fn create(
     options: &[(String, String)],
 ) -> Result<StatementResult> {
     let snapshot = session.latest_snapshot(table).await?;
-    StatementResult::count(index_ops::create(snapshot, name, column, kind, options).await?)
+    let progress = session.progress();
+    StatementResult::count(
+        index_ops::create(snapshot, name, column, kind, options, &progress).await?,
+    )
 }
 
 /// `DROP INDEX [IF EXISTS] name ON table`
@@ -41,5 +44,6 @@ pub async fn optimize(
 ) -> Result<StatementResult> {
     let snapshot = session.latest_snapshot(table).await?;
     let cache = session.schema.index_cache();
-    StatementResult::count(index_ops::optimize(snapshot, name, action, cache).await?)
+    let progress = session.progress();
+    StatementResult::count(index_ops::optimize(snapshot, name, action, cache, &progress).await?)
 }

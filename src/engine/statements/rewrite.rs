@@ -18,7 +18,7 @@ pub async fn compact(
 ) -> Result<StatementResult> {
     let snapshot = session.latest_snapshot(table).await?;
     Ok(StatementResult::one_row(
-        maintenance::run_compact(&snapshot, options).await?,
+        maintenance::run_compact(&snapshot, options, &session.progress()).await?,
     ))
 }
 
@@ -52,6 +52,6 @@ pub async fn vacuum(
     let grace = Duration::from_secs(session.options().vacuum_grace_seconds);
     let snapshot = session.latest_snapshot(table).await?;
     Ok(StatementResult::one_row(
-        maintenance::run_vacuum(&snapshot, retain_versions, grace).await?,
+        maintenance::run_vacuum(&snapshot, retain_versions, grace, &session.progress()).await?,
     ))
 }
