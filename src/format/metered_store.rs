@@ -1,9 +1,10 @@
 //! [`MeteredStore`]: an `ObjectStore` wrapper that counts requests by kind and the bytes they
 //! move, and can add a fixed latency to every request. On real object storage each request
 //! costs 10–50 ms however small it is, so the request count of a statement, not its bytes,
-//! decides its latency there; `benches/roundtrips.rs` prints these counts per statement.
+//! decides its latency there; `examples/s3_round_trips.rs` prints these counts per statement.
 //!
-//! What counts as one request is what an S3 client sends: a GET (whole object or one range),
+//! What counts as one request is what an S3 client sends: a GET of a whole object, a GET of
+//! one range (counted apart: [`RoundTrips::range_gets`]),
 //! a HEAD, a PUT (a whole object, or one part of a multipart upload, plus one request each to
 //! start and complete it), a LIST page (1,000 keys), a DELETE, a COPY. Several ranges read
 //! with `get_ranges` are the store's default coalescing, each coalesced range one GET, as
@@ -34,7 +35,10 @@ const LIST_PAGE: u64 = 1000;
 /// Requests and bytes counted by a [`MeteredStore`] (or the difference of two readings).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RoundTrips {
+    /// GETs of whole objects.
     pub gets: u64,
+    /// GETs of one byte range.
+    pub range_gets: u64,
     pub heads: u64,
     pub puts: u64,
     pub lists: u64,
@@ -47,13 +51,14 @@ pub struct RoundTrips {
 impl RoundTrips {
     /// Every request, of any kind.
     pub fn requests(&self) -> u64 {
-        self.gets + self.heads + self.puts + self.lists + self.deletes + self.copies
+        self.gets + self.range_gets + self.heads + self.puts + self.lists + self.deletes + self.copies
     }
 
     /// What happened between `earlier` and `self`.
     pub fn since(&self, earlier: &RoundTrips) -> RoundTrips {
         RoundTrips {
             gets: self.gets - earlier.gets,
+            range_gets: self.range_gets - earlier.range_gets,
             heads: self.heads - earlier.heads,
             puts: self.puts - earlier.puts,
             lists: self.lists - earlier.lists,
@@ -70,6 +75,7 @@ impl fmt::Display for RoundTrips {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kinds = [
             ("get", self.gets),
+            ("range get", self.range_gets),
             ("head", self.heads),
             ("put", self.puts),
             ("list", self.lists),
@@ -97,6 +103,7 @@ impl fmt::Display for RoundTrips {
 #[derive(Debug, Default)]
 struct Counters {
     gets: AtomicU64,
+    range_gets: AtomicU64,
     heads: AtomicU64,
     puts: AtomicU64,
     lists: AtomicU64,
@@ -149,6 +156,7 @@ impl MeteredStore {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         RoundTrips {
             gets: get(&c.gets),
+            range_gets: get(&c.range_gets),
             heads: get(&c.heads),
             puts: get(&c.puts),
             lists: get(&c.lists),
@@ -228,6 +236,8 @@ impl ObjectStore for MeteredStore {
         self.counters.delay().await;
         if options.head {
             Counters::add(&self.counters.heads, 1);
+        } else if options.range.is_some() {
+            Counters::add(&self.counters.range_gets, 1);
         } else {
             Counters::add(&self.counters.gets, 1);
         }
@@ -357,7 +367,8 @@ mod tests {
         assert_eq!(
             counted,
             RoundTrips {
-                gets: 2,
+                gets: 1,
+                range_gets: 1,
                 heads: 1,
                 puts: 1,
                 lists: 2,
@@ -383,7 +394,7 @@ mod tests {
         let before = store.round_trips();
         let ranges: [std::ops::Range<u64>; 3] = [0..10, 20..30, (3 << 20)..(3 << 20) + 10];
         store.get_ranges(&a, &ranges).await.unwrap();
-        assert_eq!(store.round_trips().since(&before).gets, 2);
+        assert_eq!(store.round_trips().since(&before).range_gets, 2);
     }
 
     /// Each page of a listing is a request.
