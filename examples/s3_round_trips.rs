@@ -10,7 +10,9 @@
 //!
 //! * open: opening the session (it lists the tables);
 //! * KNN cold: the first `ORDER BY l2_distance(emb, q) LIMIT 10` query;
-//! * KNN warm: the next five queries with other vectors (mean per query);
+//! * KNN, new vectors: the next five queries with other vectors (mean per query: some of
+//!   the partitions they probe are not cached yet);
+//! * KNN warm: the same five vectors again (every partition they probe is cached);
 //! * INSERT: ten rows with `VALUES`;
 //! * KNN after own write: the first query after that INSERT;
 //! * COMMIT (small write): `DELETE FROM items WHERE id = ...`, one row;
@@ -23,7 +25,8 @@
 //! variables, e.g. from `.ci/s3-server start`) it runs a third time on that store, with no
 //! added latency.
 //!
-//! Run with `cargo run --example s3_round_trips`.
+//! Run with `cargo run --example s3_round_trips` (`-- --trace` also lists each statement's
+//! requests in the first run).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,10 +59,13 @@ struct Measured {
     /// How many times it ran (the counts and the time are divided by it).
     runs: u64,
     wall: Duration,
+    /// The requests it made, when tracing.
+    trace: Vec<String>,
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    let trace = std::env::args().any(|a| a == "--trace");
     let mut runs: Vec<(String, Vec<Measured>)> = Vec::new();
     for latency_ms in [0, 20] {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
@@ -68,6 +74,7 @@ async fn main() -> Result<()> {
             Path::default(),
             "memory://round-trips".into(),
             Duration::from_millis(latency_ms),
+            trace && latency_ms == 0,
         )
         .await?;
         runs.push((format!("wall @ +{latency_ms} ms"), measured));
@@ -75,10 +82,23 @@ async fn main() -> Result<()> {
     if let Ok(url) = std::env::var("FRAGVEC_ROUND_TRIPS_S3") {
         let db = Database::open(&url).await?;
         let prefix = db.root().clone().join(format!("round-trips-{}", rand::random::<u32>()));
-        let measured = scenario(db.store().clone(), prefix, url.clone(), Duration::ZERO).await?;
+        let measured = scenario(
+            db.store().clone(),
+            prefix,
+            url.clone(),
+            Duration::ZERO,
+            false,
+        )
+        .await?;
         runs.push((format!("wall @ {url}"), measured));
     }
     print_table(&runs);
+    for m in runs[0].1.iter().filter(|m| !m.trace.is_empty()) {
+        println!("\n{}:", m.operation);
+        for line in &m.trace {
+            println!("    {line}");
+        }
+    }
     Ok(())
 }
 
@@ -88,6 +108,7 @@ async fn scenario(
     root: Path,
     location: String,
     latency: Duration,
+    trace: bool,
 ) -> Result<Vec<Measured>> {
     let metered = MeteredStore::new(store);
     let open = || {
@@ -120,6 +141,7 @@ async fn scenario(
 
     forget_cached_footers();
     metered.set_latency(latency);
+    metered.trace(trace);
     let mut measured = Vec::new();
     let start = (metered.round_trips(), Instant::now());
     let session = open().await?;
@@ -136,13 +158,25 @@ async fn scenario(
     assert_eq!(found.num_rows(), 10);
     measured.push(done("KNN query, cold cache", &metered, start, 1));
 
+    let queries: Vec<String> = (0..WARM_QUERIES).map(|_| knn(&mut rng)).collect();
     let start = (metered.round_trips(), Instant::now());
-    for _ in 0..WARM_QUERIES {
-        let found = session.sql_one(&knn(&mut rng)).await?;
+    for query in &queries {
+        let found = session.sql_one(query).await?;
         assert_eq!(found.num_rows(), 10);
     }
     measured.push(done(
-        "KNN query, warm cache (mean of 5)",
+        "KNN query, new vectors (mean of 5)",
+        &metered,
+        start,
+        WARM_QUERIES,
+    ));
+    let start = (metered.round_trips(), Instant::now());
+    for query in &queries {
+        let found = session.sql_one(query).await?;
+        assert_eq!(found.num_rows(), 10);
+    }
+    measured.push(done(
+        "KNN query, warm cache (same 5 again)",
         &metered,
         start,
         WARM_QUERIES,
@@ -184,9 +218,10 @@ fn done(
 ) -> Measured {
     Measured {
         operation,
+        wall: started.elapsed(),
         trips: metered.round_trips().since(&before),
         runs,
-        wall: started.elapsed(),
+        trace: metered.take_trace(),
     }
 }
 

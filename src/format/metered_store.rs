@@ -11,6 +11,10 @@
 //! `object_store`'s S3 client does (the local file system would serve them from one open
 //! file, which would hide them).
 //!
+//! With [`MeteredStore::trace`] on, each request is also written to a log
+//! ([`MeteredStore::take_trace`]): its kind, path and range, to see which requests a
+//! statement makes.
+//!
 //! The latency is a sleep before each request is sent (before each page of a listing, each
 //! part of an upload), so concurrent requests overlap their latencies as they would on a
 //! network. It can be changed while the store is in use.
@@ -113,11 +117,19 @@ struct Counters {
     bytes_written: AtomicU64,
     /// Added latency per request, in microseconds.
     latency_us: AtomicU64,
+    /// Requests logged while tracing is on.
+    trace: std::sync::Mutex<Option<Vec<String>>>,
 }
 
 impl Counters {
     fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn log(&self, request: impl FnOnce() -> String) {
+        if let Some(log) = self.trace.lock().expect("trace").as_mut() {
+            log.push(request());
+        }
     }
 
     async fn delay(&self) {
@@ -148,6 +160,23 @@ impl MeteredStore {
         self.counters
             .latency_us
             .store(latency.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Starts (or stops) logging each request.
+    pub fn trace(&self, on: bool) {
+        *self.counters.trace.lock().expect("trace") = on.then(Vec::new);
+    }
+
+    /// The requests logged since tracing started or the last call, one line each
+    /// (`GET range 0..16 t/_indexes/i/x.seg`).
+    pub fn take_trace(&self) -> Vec<String> {
+        self.counters
+            .trace
+            .lock()
+            .expect("trace")
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// The counts so far (subtract an earlier reading with [`RoundTrips::since`]).
@@ -215,6 +244,8 @@ impl ObjectStore for MeteredStore {
             &self.counters.bytes_written,
             payload.content_length() as u64,
         );
+        self.counters
+            .log(|| format!("PUT {location} ({} bytes)", payload.content_length()));
         self.inner.put_opts(location, payload, opts).await
     }
 
@@ -225,6 +256,7 @@ impl ObjectStore for MeteredStore {
     ) -> Result<Box<dyn MultipartUpload>> {
         self.counters.delay().await;
         Counters::add(&self.counters.puts, 1);
+        self.counters.log(|| format!("PUT multipart {location}"));
         let inner = self.inner.put_multipart_opts(location, opts).await?;
         Ok(Box::new(MeteredUpload {
             inner,
@@ -236,10 +268,14 @@ impl ObjectStore for MeteredStore {
         self.counters.delay().await;
         if options.head {
             Counters::add(&self.counters.heads, 1);
-        } else if options.range.is_some() {
+            self.counters.log(|| format!("HEAD {location}"));
+        } else if let Some(range) = &options.range {
             Counters::add(&self.counters.range_gets, 1);
+            self.counters
+                .log(|| format!("GET range {range:?} {location}"));
         } else {
             Counters::add(&self.counters.gets, 1);
+            self.counters.log(|| format!("GET {location}"));
         }
         let head = options.head;
         let result = self.inner.get_opts(location, options).await?;
@@ -265,6 +301,9 @@ impl ObjectStore for MeteredStore {
                 async move {
                     counters.delay().await;
                     Counters::add(&counters.deletes, 1);
+                    if let Ok(path) = &location {
+                        counters.log(|| format!("DELETE {path}"));
+                    }
                     location
                 }
             })
@@ -273,6 +312,8 @@ impl ObjectStore for MeteredStore {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.counters
+            .log(|| format!("LIST {}", prefix.map_or("", |p| p.as_ref())));
         metered_listing(self.counters.clone(), self.inner.list(prefix))
     }
 
@@ -281,6 +322,8 @@ impl ObjectStore for MeteredStore {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.counters
+            .log(|| format!("LIST {} after {offset}", prefix.map_or("", |p| p.as_ref())));
         metered_listing(
             self.counters.clone(),
             self.inner.list_with_offset(prefix, offset),
@@ -289,6 +332,8 @@ impl ObjectStore for MeteredStore {
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
         self.counters.delay().await;
+        self.counters
+            .log(|| format!("LIST / {}", prefix.map_or("", |p| p.as_ref())));
         let result = self.inner.list_with_delimiter(prefix).await?;
         let keys = (result.objects.len() + result.common_prefixes.len()) as u64;
         Counters::add(&self.counters.lists, keys.div_ceil(LIST_PAGE).max(1));
@@ -297,6 +342,7 @@ impl ObjectStore for MeteredStore {
 
     async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
         self.counters.delay().await;
+        self.counters.log(|| format!("COPY {from} {to}"));
         Counters::add(&self.counters.copies, 1);
         self.inner.copy_opts(from, to, options).await
     }
@@ -313,6 +359,8 @@ struct MeteredUpload {
 impl MultipartUpload for MeteredUpload {
     fn put_part(&mut self, data: PutPayload) -> UploadPart {
         Counters::add(&self.counters.puts, 1);
+        self.counters
+            .log(|| format!("PUT part ({} bytes)", data.content_length()));
         Counters::add(&self.counters.bytes_written, data.content_length() as u64);
         let counters = self.counters.clone();
         let part = self.inner.put_part(data);
@@ -326,6 +374,7 @@ impl MultipartUpload for MeteredUpload {
     async fn complete(&mut self) -> Result<PutResult> {
         self.counters.delay().await;
         Counters::add(&self.counters.puts, 1);
+        self.counters.log(|| "PUT complete multipart".to_string());
         self.inner.complete().await
     }
 
@@ -379,6 +428,15 @@ mod tests {
             }
         );
         assert_eq!(counted.requests(), 7);
+        assert!(store.take_trace().is_empty(), "not tracing");
+        store.trace(true);
+        store.head(&Path::from("t/b")).await.unwrap_err();
+        store.get_range(&Path::from("t/b"), 0..4).await.unwrap_err();
+        assert_eq!(
+            store.take_trace(),
+            vec!["HEAD t/b".to_string(), "GET range 0..4 t/b".to_string()]
+        );
+        assert!(store.take_trace().is_empty());
         assert_eq!(counted.since(&counted), RoundTrips::default());
     }
 
