@@ -81,7 +81,10 @@ async fn main() -> Result<()> {
     }
     if let Ok(url) = std::env::var("FRAGVEC_ROUND_TRIPS_S3") {
         let db = Database::open(&url).await?;
-        let prefix = db.root().clone().join(format!("round-trips-{}", rand::random::<u32>()));
+        let prefix = db
+            .root()
+            .clone()
+            .join(format!("round-trips-{}", rand::random::<u32>()));
         let measured = scenario(
             db.store().clone(),
             prefix,
@@ -198,11 +201,14 @@ async fn scenario(
     measured.push(done("KNN query after own INSERT", &metered, start, 1));
 
     let start = (metered.round_trips(), Instant::now());
-    let deleted = session
-        .sql_one("DELETE FROM items WHERE id = 4242")
-        .await?;
+    let deleted = session.sql_one("DELETE FROM items WHERE id = 4242").await?;
     assert_eq!(deleted.rows_affected, Some(1));
-    measured.push(done("COMMIT small write (DELETE 1 row)", &metered, start, 1));
+    measured.push(done(
+        "COMMIT small write (DELETE 1 row)",
+        &metered,
+        start,
+        1,
+    ));
 
     let start = (metered.round_trips(), Instant::now());
     session.sql_one("COMPACT items").await?;
@@ -229,7 +235,15 @@ fn done(
 fn print_table(runs: &[(String, Vec<Measured>)]) {
     let (_, first) = &runs[0];
     let mut header = vec![
-        "operation", "GET", "range GET", "HEAD", "PUT", "LIST", "DELETE", "requests", "KiB read",
+        "operation",
+        "GET",
+        "range GET",
+        "HEAD",
+        "PUT",
+        "LIST",
+        "DELETE",
+        "requests",
+        "KiB read",
         "KiB written",
     ]
     .into_iter()
@@ -295,7 +309,11 @@ fn vectors(rng: &mut StdRng, first: usize, rows: usize) -> Result<MemTable> {
     let item = Arc::new(Field::new_list_field(DataType::Float32, true));
     let schema = Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
-        Field::new("emb", DataType::FixedSizeList(item.clone(), DIM as i32), true),
+        Field::new(
+            "emb",
+            DataType::FixedSizeList(item.clone(), DIM as i32),
+            true,
+        ),
     ]));
     let ids = Int64Array::from_iter_values(first as i64..(first + rows) as i64);
     let values: Vec<f32> = (0..rows * DIM).map(|_| rng.random::<f32>()).collect();

@@ -55,7 +55,13 @@ pub struct RoundTrips {
 impl RoundTrips {
     /// Every request, of any kind.
     pub fn requests(&self) -> u64 {
-        self.gets + self.range_gets + self.heads + self.puts + self.lists + self.deletes + self.copies
+        self.gets
+            + self.range_gets
+            + self.heads
+            + self.puts
+            + self.lists
+            + self.deletes
+            + self.copies
     }
 
     /// What happened between `earlier` and `self`.

@@ -1,6 +1,8 @@
 //! The table format: manifests, fragments, deletion vectors, row ids and commits.
 //!
 //! * [`store`]: databases and table folders on an object store, snapshots, time travel;
+//!   [`latest`]: the newest versions a database handle knows, and how long a query may
+//!   rely on them (`fragvec.version_check_ms`);
 //! * [`manifest`]: the manifest model (the logical-order contract every other layer relies
 //!   on is written down there), [`index_meta`]: index definitions and segments in it;
 //! * [`fragment_io`]: Parquet fragments; [`deletion`]: deletion vectors; [`rowids`]: stable
@@ -25,6 +27,7 @@ pub mod fragment_io;
 pub mod index_meta;
 pub mod integrity;
 pub mod introspect;
+pub mod latest;
 pub mod ledger_io;
 pub mod manifest;
 pub mod metered_store;

@@ -246,6 +246,18 @@ impl IndexCache {
         Ok(vectors)
     }
 
+    /// The decoded vectors of `column` in data file `file` if they are cached (no read).
+    pub fn cached_vectors(&self, file: &str, column: &str) -> Option<Arc<ColumnVectors>> {
+        let key = Key::Vectors {
+            file: file.to_string(),
+            column: column.to_string(),
+        };
+        match self.get(&key) {
+            Some(Entry::Vectors(hit)) => Some(hit),
+            _ => None,
+        }
+    }
+
     /// A whole decoded column of data file `file` (every physical row): fetching a KNN
     /// answer's k rows then costs k lookups instead of decoding pages.
     pub async fn column<F, Fut>(&self, file: &str, column: &str, load: F) -> Result<ArrayRef>

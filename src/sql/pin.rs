@@ -64,7 +64,7 @@ pub fn normalize_ident(ident: &Ident) -> String {
 }
 
 /// The table a plain relation name refers to, if it names one in the default schema.
-fn relation_of(name: &ObjectName) -> Option<RelationName> {
+pub fn relation_of(name: &ObjectName) -> Option<RelationName> {
     let parts: Vec<String> = name
         .0
         .iter()

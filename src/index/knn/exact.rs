@@ -172,6 +172,29 @@ impl Searcher<'_> {
         Ok(Arc::new(Schema::new(vec![field])))
     }
 
+    /// The cache key of a fragment's vector column: the file holding it.
+    fn vectors_file(&self, fragment: &Fragment) -> Result<String> {
+        let column = self.req.column;
+        let file = fragment
+            .file_for_column(column)
+            .ok_or_else(|| IndexError::MissingColumn {
+                fragment: fragment.id,
+                column: column.to_string(),
+            })?;
+        Ok(format!("{}/{}", self.req.snapshot.dir.name(), file.path))
+    }
+
+    /// The vector of row `offset` of `fragment` if its column is cached and the row is not
+    /// NULL (no read): the brute-force winners' vectors, so their rows need no Parquet read.
+    pub(super) fn cached_row_vector(&self, fragment: &Fragment, offset: u64) -> Option<Vec<f32>> {
+        let file = self.vectors_file(fragment).ok()?;
+        let vectors = self.cache.cached_vectors(&file, self.req.column)?;
+        let i = usize::try_from(offset).ok()?;
+        (i < vectors.valid.len())
+            .then(|| vectors.row(i).map(<[f32]>::to_vec))
+            .flatten()
+    }
+
     /// The whole vector column of a fragment, decoded once per session (the cache's budget
     /// decides whether it stays).
     async fn fragment_vectors(&self, fragment: &Fragment) -> Result<Arc<ColumnVectors>> {
@@ -179,13 +202,7 @@ impl Searcher<'_> {
         let dir = &snapshot.dir;
         let column = self.req.column;
         let schema = self.vector_schema()?;
-        let file = fragment
-            .file_for_column(column)
-            .ok_or_else(|| IndexError::MissingColumn {
-                fragment: fragment.id,
-                column: column.to_string(),
-            })?;
-        let file = format!("{}/{}", dir.name(), file.path);
+        let file = self.vectors_file(fragment)?;
         self.cache
             .vectors(&file, column, || {
                 load_vectors(dir.clone(), fragment.clone(), schema)

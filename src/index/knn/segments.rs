@@ -12,6 +12,7 @@ use crate::index::cache::Translation;
 use crate::index::error::{IndexError, Result};
 use crate::index::search::{Candidate, RowMask, SearchStats, TopK, score_flat, score_pq};
 use crate::ledger::Coverage;
+use crate::ledger::ids::split_row_address;
 
 impl Searcher<'_> {
     fn record(&self, s: &SearchStats) {
@@ -215,6 +216,21 @@ impl Searcher<'_> {
         // Rows whose distance is undefined (zero vectors under cosine) rank after all others;
         // only keep them if there is room, exactly like `NULLS LAST`.
         candidates.truncate(k);
+        if pq_width.is_none() {
+            // Winners from unindexed fragments: their current vectors are in the cached
+            // columns brute force scored, so fetching the answer needs no Parquet read.
+            for c in &candidates {
+                if vectors.contains_key(&c.addr) {
+                    continue;
+                }
+                let (frag, offset) = split_row_address(c.addr);
+                if let Some(fragment) = unindexed.iter().find(|f| f.id == frag)
+                    && let Some(v) = self.cached_row_vector(fragment, offset)
+                {
+                    vectors.insert(c.addr, v);
+                }
+            }
+        }
         Ok((candidates, vectors))
     }
 }
