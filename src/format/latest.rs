@@ -117,17 +117,18 @@ impl KnownVersions {
         }
     }
 
-    /// A listing begun at `started` found `version` newest (`None`: no such table). It may be
-    /// lower than the known one (the table was dropped and created again), so it replaces it.
-    pub fn listed(&self, table: &str, version: Option<u64>, started: Instant) {
+    /// A listing begun at `started` found `version` newest, with its manifest's metadata
+    /// (`None`: no such table). It may be lower than the known one (the table was dropped and
+    /// created again), so it replaces it.
+    pub fn listed(&self, table: &str, newest: Option<(u64, ObjectMeta)>, started: Instant) {
         let mut tables = self.lock();
-        match version {
-            Some(version) => {
+        match newest {
+            Some((version, meta)) => {
                 tables.insert(
                     table.to_string(),
                     Known {
                         version,
-                        meta: None,
+                        meta: Some(meta),
                         checked: started,
                     },
                 );
@@ -236,13 +237,14 @@ mod tests {
     fn a_listing_replaces_and_a_missing_table_is_forgotten() {
         let known = KnownVersions::new(Duration::from_secs(3600));
         known.probed("t", 9, meta(9), Instant::now());
-        known.listed("t", Some(2), Instant::now()); // dropped and created again
+        known.listed("t", Some((2, meta(2))), Instant::now()); // dropped and created again
         assert_eq!(known.get("t").map(|k| k.version), Some(2));
-        assert!(known.get("t").unwrap().meta.is_none());
-        known.learned_meta("t", 1, &meta(1));
-        assert!(known.get("t").unwrap().meta.is_none());
-        known.learned_meta("t", 2, &meta(2));
         assert_eq!(known.fresh_meta("t", 2), Some(meta(2)));
+        known.committed("t", 3, None);
+        known.learned_meta("t", 2, &meta(2));
+        assert!(known.get("t").unwrap().meta.is_none());
+        known.learned_meta("t", 3, &meta(3));
+        assert_eq!(known.fresh_meta("t", 3), Some(meta(3)));
         known.listed("t", None, Instant::now());
         assert!(known.get("t").is_none());
         known.committed("u", 1, None);

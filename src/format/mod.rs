@@ -13,6 +13,7 @@
 //! * [`views`]: views stored in the database; [`vacuum`]: removing unreferenced files; [`introspect`]: the table's state as batches;
 //! * [`types`]: the `VECTOR(n)` type; [`conform`]: batches conformed to a table schema;
 //! * [`metered_store`]: a store wrapper counting requests and adding latency (benchmarks);
+//!   [`ranges`]: several ranges of one object read with few, concurrent requests;
 //! * [`error`]: the layer's error type, `FormatError`.
 //!
 //! This layer speaks Arrow, Parquet and `object_store` only; it knows nothing of DataFusion's
@@ -31,6 +32,7 @@ pub mod latest;
 pub mod ledger_io;
 pub mod manifest;
 pub mod metered_store;
+pub mod ranges;
 pub mod row_map_file;
 pub mod rowids;
 pub mod store;

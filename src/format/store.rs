@@ -404,24 +404,36 @@ impl TableDir {
 
     /// All committed versions, ascending.
     pub async fn versions(&self) -> Result<Vec<u64>> {
+        Ok(self
+            .listed_versions()
+            .await?
+            .into_iter()
+            .map(|(v, _)| v)
+            .collect())
+    }
+
+    /// All committed versions, ascending, with their manifests' metadata (one listing).
+    async fn listed_versions(&self) -> Result<Vec<(u64, ObjectMeta)>> {
         let dir = self.root.clone().join(VERSIONS_DIR);
-        let metas: Vec<_> = self
+        let metas: Vec<ObjectMeta> = self
             .store
             .list(Some(&dir))
             .try_collect()
             .await
             .map_err(|e| FormatError::store(&dir, e))?;
-        let mut versions: Vec<u64> = metas
-            .iter()
+        let mut versions: Vec<(u64, ObjectMeta)> = metas
+            .into_iter()
             .filter_map(|m| {
-                m.location
+                let v = m
+                    .location
                     .filename()?
                     .strip_suffix(MANIFEST_SUFFIX)?
                     .parse()
-                    .ok()
+                    .ok()?;
+                Some((v, m))
             })
             .collect();
-        versions.sort_unstable();
+        versions.sort_unstable_by_key(|(v, _)| *v);
         Ok(versions)
     }
 
@@ -466,9 +478,9 @@ impl TableDir {
                 return Ok(Some((v, Some(meta))));
             }
         }
-        let listed = self.versions().await?.last().copied();
-        self.known.listed(&self.name, listed, started);
-        Ok(listed.map(|v| (v, None)))
+        let listed = self.listed_versions().await?.pop();
+        self.known.listed(&self.name, listed.clone(), started);
+        Ok(listed.map(|(v, meta)| (v, Some(meta))))
     }
 
     async fn manifest_head(&self, version: u64) -> Result<Option<ObjectMeta>> {

@@ -43,6 +43,7 @@ mod undefined;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use futures::{StreamExt, TryStreamExt};
 use roaring::{RoaringBitmap, RoaringTreemap};
 
 use super::cache::IndexCache;
@@ -248,20 +249,17 @@ async fn search_in(
     };
     let snapshot = req.snapshot;
     // Independent reads, sent together (each is cached per database after its first read).
-    let deletions: HashMap<u64, RoaringBitmap> =
-        futures::future::try_join_all(
-            snapshot
-                .manifest
-                .fragments
-                .iter()
-                .filter(|f| f.deletion.is_some())
-                .map(|f| async move {
-                    Ok::<_, IndexError>((f.id, snapshot.dir.read_deletions(f).await?))
-                }),
-        )
-        .await?
-        .into_iter()
+    let reads: Vec<_> = snapshot
+        .manifest
+        .fragments
+        .iter()
+        .filter(|f| f.deletion.is_some())
+        .map(|f| async move { Ok::<_, IndexError>((f.id, snapshot.dir.read_deletions(f).await?)) })
         .collect();
+    let deletions: HashMap<u64, RoaringBitmap> = futures::stream::iter(reads)
+        .buffered(crate::format::ranges::CONCURRENT_REQUESTS)
+        .try_collect()
+        .await?;
     let searcher = Searcher {
         req: KnnRequest {
             nprobes: req.nprobes.max(1),
