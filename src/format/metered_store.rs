@@ -277,8 +277,14 @@ impl ObjectStore for MeteredStore {
             self.counters.log(|| format!("HEAD {location}"));
         } else if let Some(range) = &options.range {
             Counters::add(&self.counters.range_gets, 1);
-            self.counters
-                .log(|| format!("GET range {range:?} {location}"));
+            self.counters.log(|| {
+                let range = match range {
+                    object_store::GetRange::Bounded(r) => format!("{}..{}", r.start, r.end),
+                    object_store::GetRange::Offset(o) => format!("{o}.."),
+                    object_store::GetRange::Suffix(n) => format!("last {n}"),
+                };
+                format!("GET range {range} {location}")
+            });
         } else {
             Counters::add(&self.counters.gets, 1);
             self.counters.log(|| format!("GET {location}"));

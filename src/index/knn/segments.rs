@@ -46,10 +46,13 @@ impl Searcher<'_> {
                     .is_none_or(|sc| sc.segments.contains(&s.id))
             })
             .map(|s| self.cache.footer(dir, &s.file, s.size_bytes));
-        let (model, _) = futures::try_join!(
+        let (model, footers) = futures::join!(
             self.cache.model(dir, index),
             futures::future::try_join_all(footers)
-        )?;
+        );
+        // A damaged model is reported before a damaged footer, whichever read ended first.
+        let model = model?;
+        footers?;
         if model.dim != req.vector.len() {
             return Err(IndexError::DimensionMismatch {
                 query: req.vector.len(),
