@@ -181,8 +181,17 @@ pub async fn pin(
         knn_call::rewrite_knn_calls(target, &metrics)?;
     }
     let mut latest = HashMap::new();
+    let unpinned = pin::unpinned_tables(target);
     for table in pin::referenced_tables(target) {
         if session.schema.is_session_table(&table) {
+            continue;
+        }
+        if !unpinned.contains(&table) {
+            // Every reference names its version: nothing to look up (the placeholder is
+            // never read, a named version wins), but the relations are still encoded.
+            if session.database().table(&table).is_ok() {
+                latest.insert(table, 0);
+            }
             continue;
         }
         let Ok(dir) = session.database().table(&table) else {
