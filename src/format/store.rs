@@ -12,7 +12,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
@@ -182,10 +182,13 @@ impl Database {
             .filter(|name| validate_table_name(name).is_ok())
             .map(|name| self.table(name))
             .collect::<Result<_>>()?;
-        let found =
-            futures::future::try_join_all(candidates.iter().map(|dir| async move {
-                Ok::<_, FormatError>((dir, dir.latest_version().await?))
-            }))
+        let checks: Vec<_> = candidates
+            .iter()
+            .map(|dir| async move { Ok::<_, FormatError>((dir, dir.latest_version().await?)) })
+            .collect();
+        let found: Vec<(&TableDir, Option<u64>)> = futures::stream::iter(checks)
+            .buffered(super::ranges::CONCURRENT_REQUESTS)
+            .try_collect()
             .await?;
         let mut names: Vec<String> = found
             .into_iter()
