@@ -41,6 +41,9 @@ async fn concurrent_inserts_from_two_sessions_all_land(db: Location) {
     let (ra, rb) = tokio::join!(run(a.clone(), 0), run(b, 100));
     ra.unwrap();
     rb.unwrap();
+    // `a` must see `b`'s last commits (on S3 a query may read up to `version_check_ms`
+    // behind another session).
+    a.sql("SET fragvec.version_check_ms = 0").await.unwrap();
     let rows = ids_and_values(&a).await;
     let mut expected: Vec<(i64, i64)> = (0..15).chain(100..115).map(|i| (i, 0)).collect();
     expected.sort();
@@ -69,6 +72,9 @@ async fn racing_delete_and_update_never_resurrect_or_lose_rows(db: Location) {
         let upd = tokio::spawn(async move { b.sql("UPDATE t SET v = v + 1").await });
         del.await.unwrap().unwrap();
         upd.await.unwrap().unwrap();
+        // `a` must see `b`'s commit at once (on S3 a query may otherwise read up to
+        // `version_check_ms` behind another session).
+        a.sql("SET fragvec.version_check_ms = 0").await.unwrap();
         // Either order of the two statements gives the same table: odd ids, updated once.
         let rows = ids_and_values(&a).await;
         let expected: Vec<(i64, i64)> = (0..64).filter(|i| i % 2 == 1).map(|i| (i, 1)).collect();
@@ -756,6 +762,9 @@ on_local_and_s3!(knn_through_a_view_follows_every_commit);
 /// planned on: the other session's commits do not clear this session's plans).
 async fn knn_through_a_view_follows_every_commit(db: Location) {
     let s = FragvecSession::open(db.url()).await.unwrap();
+    // Every query must see the other session's commits at once (on S3 a query may otherwise
+    // read up to `version_check_ms` behind another session).
+    s.sql("SET fragvec.version_check_ms = 0").await.unwrap();
     s.sql(
         "CREATE TABLE t (id BIGINT, v VECTOR(8)); \
          INSERT INTO t SELECT value, [value, 0, 0, 0, 0, 0, 0, 0] FROM generate_series(1, 50); \

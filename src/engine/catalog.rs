@@ -114,7 +114,7 @@ impl FragvecSchema {
         let dir = Arc::new(self.db.table(&name.table)?);
         let snapshot = match name.version {
             Some(v) => dir.snapshot(v).await?,
-            None => dir.latest().await?,
+            None => dir.latest_for_query().await?,
         };
         let vc = if name.virtual_columns {
             VirtualColumns {

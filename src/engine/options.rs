@@ -54,6 +54,12 @@ extensions_options! {
         /// VACUUM keeps files and versions younger than this (seconds): a commit in
         /// progress may still need them. Must exceed the longest write.
         pub vacuum_grace_seconds: u64, default = 900
+        /// A query reuses the newest version of a table this session knows, without asking
+        /// the store, when the store confirmed it less than this many milliseconds ago
+        /// (bounded staleness; the session's own commits are seen at once; statements that
+        /// write always ask). 0: every query asks. Unset: 0 on a local directory and
+        /// `memory://`, 1000 on object storage (`s3://`). See `format::latest`.
+        pub version_check_ms: Option<u64>, default = None
     }
 }
 

@@ -1,7 +1,7 @@
 //! `FragmentScanExec`: reads one table snapshot in logical order.
 //!
-//! One output partition. Fragments are read concurrently (up to `target_partitions` at a time,
-//! each by its own task) but emitted strictly in manifest order and, inside a fragment, in
+//! One output partition. Fragments are read concurrently (up to `target_partitions`, and at
+//! least 8, at a time, each by its own task) but emitted strictly in manifest order and, inside a fragment, in
 //! offset order, so a plain `SELECT * FROM t` returns rows in the table's logical order.
 //! Deletion vectors and pushed-down filters are applied here; virtual columns (`_rowaddr`,
 //! `_rowid`) are computed from fragment ids, offsets and row-id sequences.
@@ -229,11 +229,18 @@ impl ExecutionPlan for FragmentScanExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
+        /// Fragments read at once, whatever the core count (memory: two batches each).
+        const FRAGMENTS_AHEAD: usize = 8;
         if partition != 0 {
             return internal_err!("FragmentScanExec has one partition, asked for {partition}");
         }
         let batch_size = context.session_config().batch_size();
-        let parallelism = context.session_config().target_partitions().max(1);
+        // At least FRAGMENTS_AHEAD: on object storage each fragment's first read waits a
+        // round trip, so more fragments in flight than cores overlap those waits.
+        let parallelism = context
+            .session_config()
+            .target_partitions()
+            .max(FRAGMENTS_AHEAD);
         let baseline = BaselineMetrics::new(&self.metrics, partition);
         let counters = ScanCounters {
             fragments: MetricBuilder::new(&self.metrics).counter("fragments_scanned", partition),

@@ -272,6 +272,22 @@ impl FragvecSession {
         state
     }
 
+    /// Gives the database the session's `fragvec.version_check_ms` (it may have changed with
+    /// a `SET` since the last statement).
+    pub(super) fn apply_version_check(&self) {
+        let ms = self
+            .ctx
+            .state_ref()
+            .read()
+            .config_options()
+            .extensions
+            .get::<FragvecOptions>()
+            .and_then(|o| o.version_check_ms);
+        self.schema
+            .database()
+            .set_version_check(ms.map(std::time::Duration::from_millis));
+    }
+
     pub(super) fn options(&self) -> FragvecOptions {
         self.ctx
             .state()

@@ -4,9 +4,48 @@
 //! then a portable roaring bitmap. The header lets a reader refuse a file that was copied to the
 //! wrong fragment instead of silently hiding the wrong rows.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use roaring::RoaringBitmap;
 
 use super::error::{FormatError, Result};
+
+/// Bytes of decoded deletion vectors a [`DeletionCache`] holds before it starts over.
+const CACHE_BYTES: usize = 64 << 20;
+
+/// Decoded deletion vectors of one database, so a query reads each deletion file once per
+/// session instead of once per query (on object storage, one request each). Deletion files
+/// are immutable and uniquely named, and the key also holds what decoding checked (the
+/// fragment, its rows, the checksum), so an entry never goes stale. Bounded by bytes: past
+/// [`CACHE_BYTES`] it starts over.
+#[derive(Debug, Default)]
+pub struct DeletionCache {
+    state: Mutex<(HashMap<String, Arc<RoaringBitmap>>, usize)>,
+}
+
+impl DeletionCache {
+    pub fn get(&self, key: &str) -> Option<Arc<RoaringBitmap>> {
+        self.state
+            .lock()
+            .expect("deletion cache")
+            .0
+            .get(key)
+            .cloned()
+    }
+
+    pub fn insert(&self, key: String, deleted: Arc<RoaringBitmap>) {
+        let size = deleted.serialized_size();
+        let mut state = self.state.lock().expect("deletion cache");
+        if state.1 + size > CACHE_BYTES {
+            *state = Default::default();
+        }
+        if size <= CACHE_BYTES {
+            state.1 += size;
+            state.0.insert(key, deleted);
+        }
+    }
+}
 
 const MAGIC: &[u8; 8] = b"FVDELV01";
 const HEADER_LEN: usize = 8 + 8 + 8;

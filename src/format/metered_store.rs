@@ -1,14 +1,19 @@
 //! [`MeteredStore`]: an `ObjectStore` wrapper that counts requests by kind and the bytes they
 //! move, and can add a fixed latency to every request. On real object storage each request
 //! costs 10–50 ms however small it is, so the request count of a statement, not its bytes,
-//! decides its latency there; `benches/roundtrips.rs` prints these counts per statement.
+//! decides its latency there; `examples/s3_round_trips.rs` prints these counts per statement.
 //!
-//! What counts as one request is what an S3 client sends: a GET (whole object or one range),
+//! What counts as one request is what an S3 client sends: a GET of a whole object, a GET of
+//! one range (counted apart: [`RoundTrips::range_gets`]),
 //! a HEAD, a PUT (a whole object, or one part of a multipart upload, plus one request each to
 //! start and complete it), a LIST page (1,000 keys), a DELETE, a COPY. Several ranges read
 //! with `get_ranges` are the store's default coalescing, each coalesced range one GET, as
 //! `object_store`'s S3 client does (the local file system would serve them from one open
 //! file, which would hide them).
+//!
+//! With [`MeteredStore::trace`] on, each request is also written to a log
+//! ([`MeteredStore::take_trace`]): its kind, path and range, to see which requests a
+//! statement makes.
 //!
 //! The latency is a sleep before each request is sent (before each page of a listing, each
 //! part of an upload), so concurrent requests overlap their latencies as they would on a
@@ -34,7 +39,10 @@ const LIST_PAGE: u64 = 1000;
 /// Requests and bytes counted by a [`MeteredStore`] (or the difference of two readings).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RoundTrips {
+    /// GETs of whole objects.
     pub gets: u64,
+    /// GETs of one byte range.
+    pub range_gets: u64,
     pub heads: u64,
     pub puts: u64,
     pub lists: u64,
@@ -47,13 +55,20 @@ pub struct RoundTrips {
 impl RoundTrips {
     /// Every request, of any kind.
     pub fn requests(&self) -> u64 {
-        self.gets + self.heads + self.puts + self.lists + self.deletes + self.copies
+        self.gets
+            + self.range_gets
+            + self.heads
+            + self.puts
+            + self.lists
+            + self.deletes
+            + self.copies
     }
 
     /// What happened between `earlier` and `self`.
     pub fn since(&self, earlier: &RoundTrips) -> RoundTrips {
         RoundTrips {
             gets: self.gets - earlier.gets,
+            range_gets: self.range_gets - earlier.range_gets,
             heads: self.heads - earlier.heads,
             puts: self.puts - earlier.puts,
             lists: self.lists - earlier.lists,
@@ -70,6 +85,7 @@ impl fmt::Display for RoundTrips {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kinds = [
             ("get", self.gets),
+            ("range get", self.range_gets),
             ("head", self.heads),
             ("put", self.puts),
             ("list", self.lists),
@@ -97,6 +113,7 @@ impl fmt::Display for RoundTrips {
 #[derive(Debug, Default)]
 struct Counters {
     gets: AtomicU64,
+    range_gets: AtomicU64,
     heads: AtomicU64,
     puts: AtomicU64,
     lists: AtomicU64,
@@ -106,11 +123,19 @@ struct Counters {
     bytes_written: AtomicU64,
     /// Added latency per request, in microseconds.
     latency_us: AtomicU64,
+    /// Requests logged while tracing is on.
+    trace: std::sync::Mutex<Option<Vec<String>>>,
 }
 
 impl Counters {
     fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn log(&self, request: impl FnOnce() -> String) {
+        if let Some(log) = self.trace.lock().expect("trace").as_mut() {
+            log.push(request());
+        }
     }
 
     async fn delay(&self) {
@@ -143,12 +168,30 @@ impl MeteredStore {
             .store(latency.as_micros() as u64, Ordering::Relaxed);
     }
 
+    /// Starts (or stops) logging each request.
+    pub fn trace(&self, on: bool) {
+        *self.counters.trace.lock().expect("trace") = on.then(Vec::new);
+    }
+
+    /// The requests logged since tracing started or the last call, one line each
+    /// (`GET range 0..16 t/_indexes/i/x.seg`).
+    pub fn take_trace(&self) -> Vec<String> {
+        self.counters
+            .trace
+            .lock()
+            .expect("trace")
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
     /// The counts so far (subtract an earlier reading with [`RoundTrips::since`]).
     pub fn round_trips(&self) -> RoundTrips {
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         RoundTrips {
             gets: get(&c.gets),
+            range_gets: get(&c.range_gets),
             heads: get(&c.heads),
             puts: get(&c.puts),
             lists: get(&c.lists),
@@ -207,6 +250,8 @@ impl ObjectStore for MeteredStore {
             &self.counters.bytes_written,
             payload.content_length() as u64,
         );
+        self.counters
+            .log(|| format!("PUT {location} ({} bytes)", payload.content_length()));
         self.inner.put_opts(location, payload, opts).await
     }
 
@@ -217,6 +262,7 @@ impl ObjectStore for MeteredStore {
     ) -> Result<Box<dyn MultipartUpload>> {
         self.counters.delay().await;
         Counters::add(&self.counters.puts, 1);
+        self.counters.log(|| format!("PUT multipart {location}"));
         let inner = self.inner.put_multipart_opts(location, opts).await?;
         Ok(Box::new(MeteredUpload {
             inner,
@@ -228,8 +274,20 @@ impl ObjectStore for MeteredStore {
         self.counters.delay().await;
         if options.head {
             Counters::add(&self.counters.heads, 1);
+            self.counters.log(|| format!("HEAD {location}"));
+        } else if let Some(range) = &options.range {
+            Counters::add(&self.counters.range_gets, 1);
+            self.counters.log(|| {
+                let range = match range {
+                    object_store::GetRange::Bounded(r) => format!("{}..{}", r.start, r.end),
+                    object_store::GetRange::Offset(o) => format!("{o}.."),
+                    object_store::GetRange::Suffix(n) => format!("last {n}"),
+                };
+                format!("GET range {range} {location}")
+            });
         } else {
             Counters::add(&self.counters.gets, 1);
+            self.counters.log(|| format!("GET {location}"));
         }
         let head = options.head;
         let result = self.inner.get_opts(location, options).await?;
@@ -255,6 +313,9 @@ impl ObjectStore for MeteredStore {
                 async move {
                     counters.delay().await;
                     Counters::add(&counters.deletes, 1);
+                    if let Ok(path) = &location {
+                        counters.log(|| format!("DELETE {path}"));
+                    }
                     location
                 }
             })
@@ -263,6 +324,8 @@ impl ObjectStore for MeteredStore {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.counters
+            .log(|| format!("LIST {}", prefix.map_or("", |p| p.as_ref())));
         metered_listing(self.counters.clone(), self.inner.list(prefix))
     }
 
@@ -271,6 +334,8 @@ impl ObjectStore for MeteredStore {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.counters
+            .log(|| format!("LIST {} after {offset}", prefix.map_or("", |p| p.as_ref())));
         metered_listing(
             self.counters.clone(),
             self.inner.list_with_offset(prefix, offset),
@@ -279,6 +344,8 @@ impl ObjectStore for MeteredStore {
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
         self.counters.delay().await;
+        self.counters
+            .log(|| format!("LIST / {}", prefix.map_or("", |p| p.as_ref())));
         let result = self.inner.list_with_delimiter(prefix).await?;
         let keys = (result.objects.len() + result.common_prefixes.len()) as u64;
         Counters::add(&self.counters.lists, keys.div_ceil(LIST_PAGE).max(1));
@@ -287,6 +354,7 @@ impl ObjectStore for MeteredStore {
 
     async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
         self.counters.delay().await;
+        self.counters.log(|| format!("COPY {from} {to}"));
         Counters::add(&self.counters.copies, 1);
         self.inner.copy_opts(from, to, options).await
     }
@@ -303,6 +371,8 @@ struct MeteredUpload {
 impl MultipartUpload for MeteredUpload {
     fn put_part(&mut self, data: PutPayload) -> UploadPart {
         Counters::add(&self.counters.puts, 1);
+        self.counters
+            .log(|| format!("PUT part ({} bytes)", data.content_length()));
         Counters::add(&self.counters.bytes_written, data.content_length() as u64);
         let counters = self.counters.clone();
         let part = self.inner.put_part(data);
@@ -316,6 +386,7 @@ impl MultipartUpload for MeteredUpload {
     async fn complete(&mut self) -> Result<PutResult> {
         self.counters.delay().await;
         Counters::add(&self.counters.puts, 1);
+        self.counters.log(|| "PUT complete multipart".to_string());
         self.inner.complete().await
     }
 
@@ -357,7 +428,8 @@ mod tests {
         assert_eq!(
             counted,
             RoundTrips {
-                gets: 2,
+                gets: 1,
+                range_gets: 1,
                 heads: 1,
                 puts: 1,
                 lists: 2,
@@ -368,6 +440,15 @@ mod tests {
             }
         );
         assert_eq!(counted.requests(), 7);
+        assert!(store.take_trace().is_empty(), "not tracing");
+        store.trace(true);
+        store.head(&Path::from("t/b")).await.unwrap_err();
+        store.get_range(&Path::from("t/b"), 0..4).await.unwrap_err();
+        assert_eq!(
+            store.take_trace(),
+            vec!["HEAD t/b".to_string(), "GET range 0..4 t/b".to_string()]
+        );
+        assert!(store.take_trace().is_empty());
         assert_eq!(counted.since(&counted), RoundTrips::default());
     }
 
@@ -383,7 +464,7 @@ mod tests {
         let before = store.round_trips();
         let ranges: [std::ops::Range<u64>; 3] = [0..10, 20..30, (3 << 20)..(3 << 20) + 10];
         store.get_ranges(&a, &ranges).await.unwrap();
-        assert_eq!(store.round_trips().since(&before).gets, 2);
+        assert_eq!(store.round_trips().since(&before).range_gets, 2);
     }
 
     /// Each page of a listing is a request.

@@ -1,6 +1,8 @@
 //! The table format: manifests, fragments, deletion vectors, row ids and commits.
 //!
 //! * [`store`]: databases and table folders on an object store, snapshots, time travel;
+//!   [`latest`]: the newest versions a database handle knows, and how long a query may
+//!   rely on them (`fragvec.version_check_ms`);
 //! * [`manifest`]: the manifest model (the logical-order contract every other layer relies
 //!   on is written down there), [`index_meta`]: index definitions and segments in it;
 //! * [`fragment_io`]: Parquet fragments; [`deletion`]: deletion vectors; [`rowids`]: stable
@@ -11,6 +13,7 @@
 //! * [`views`]: views stored in the database; [`vacuum`]: removing unreferenced files; [`introspect`]: the table's state as batches;
 //! * [`types`]: the `VECTOR(n)` type; [`conform`]: batches conformed to a table schema;
 //! * [`metered_store`]: a store wrapper counting requests and adding latency (benchmarks);
+//!   [`ranges`]: several ranges of one object read with few, concurrent requests;
 //! * [`progress`]: progress of long statements, reported to a sink the embedder provides;
 //! * [`error`]: the layer's error type, `FormatError`.
 //!
@@ -26,10 +29,12 @@ pub mod fragment_io;
 pub mod index_meta;
 pub mod integrity;
 pub mod introspect;
+pub mod latest;
 pub mod ledger_io;
 pub mod manifest;
 pub mod metered_store;
 pub mod progress;
+pub mod ranges;
 pub mod row_map_file;
 pub mod rowids;
 pub mod store;

@@ -9,17 +9,19 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
 
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use roaring::RoaringBitmap;
 
-use super::deletion;
+use super::deletion::{self, DeletionCache};
 use super::error::{FormatError, Result};
 use super::integrity;
+use super::latest::KnownVersions;
 use super::manifest::{DeletionFile, Fragment, Manifest, TableProperties};
 
 pub(crate) const VERSIONS_DIR: &str = "_versions";
@@ -38,26 +40,37 @@ pub struct Database {
     /// The folder of a database on the local file system (object_store's listing hides the
     /// temporary files an interrupted write leaves there; VACUUM looks for them itself).
     local_dir: Option<Arc<std::path::PathBuf>>,
-    /// The latest version seen of each table, so finding the latest version costs two small
-    /// reads instead of a listing of every manifest.
-    latest_seen: LatestSeen,
+    /// The newest version seen of each table, so finding the newest version costs two small
+    /// reads at once instead of a listing of every manifest, and a query within the version
+    /// check interval of the last check needs none (see [`super::latest`]).
+    known: Arc<KnownVersions>,
+    /// The version check interval when the session sets none: zero for a local directory
+    /// or `memory://` (a check costs microseconds there), [`REMOTE_VERSION_CHECK`] for object
+    /// storage.
+    default_version_check: Duration,
+    /// Decoded deletion vectors, by file.
+    deletions: Arc<DeletionCache>,
     /// Decoded manifests, by table, version and the file's identity (size and e-tag or
     /// modification time, so a table dropped and created again is never confused with the
     /// old one). Manifests are immutable, so an entry never goes stale.
     manifests: ManifestCache,
 }
 
-type LatestSeen = Arc<Mutex<HashMap<String, u64>>>;
 type ManifestCache = Arc<Mutex<HashMap<String, Arc<Manifest>>>>;
 
 /// Manifests a database keeps decoded.
 const CACHED_MANIFESTS: usize = 256;
+
+/// The default version check interval on object storage (`fragvec.version_check_ms`): a
+/// query reuses the newest version of a table confirmed less than a second ago.
+pub const REMOTE_VERSION_CHECK: Duration = Duration::from_millis(1000);
 
 impl Database {
     /// Opens a database at a local path, `file://` URL, `memory://[name]`, or (with the `s3`
     /// feature) an `s3://bucket/prefix` URL. A local directory is created if missing.
     pub async fn open(location: &str) -> Result<Self> {
         let mut local_dir = None;
+        let mut default_version_check = Duration::ZERO;
         let (store, root): (Arc<dyn ObjectStore>, Path) =
             if let Some(name) = location.strip_prefix("memory://") {
                 let mut stores = MEMORY_STORES.lock().expect("memory store registry");
@@ -66,6 +79,7 @@ impl Database {
             } else if let Some(rest) = location.strip_prefix("s3://") {
                 let (store, root) = open_s3(rest)?;
                 check_put_if_absent(store.as_ref(), &root, location).await?;
+                default_version_check = REMOTE_VERSION_CHECK;
                 (store, root)
             } else if location.contains("://") && !location.starts_with("file://") {
                 return Err(FormatError::invalid(format!(
@@ -92,21 +106,39 @@ impl Database {
             root,
             location: location.to_string(),
             local_dir,
-            latest_seen: LatestSeen::default(),
+            known: Arc::new(KnownVersions::new(default_version_check)),
+            default_version_check,
+            deletions: Arc::default(),
             manifests: ManifestCache::default(),
         })
     }
 
-    /// A database over any object store, e.g. one the embedding application configured.
+    /// A database over any object store, e.g. one the embedding application configured. Its
+    /// default version check interval is that of object storage, [`REMOTE_VERSION_CHECK`].
     pub fn from_store(store: Arc<dyn ObjectStore>, root: Path, location: String) -> Self {
         Self {
             store,
             root,
             location,
             local_dir: None,
-            latest_seen: LatestSeen::default(),
+            known: Arc::new(KnownVersions::new(REMOTE_VERSION_CHECK)),
+            default_version_check: REMOTE_VERSION_CHECK,
+            deletions: Arc::default(),
             manifests: ManifestCache::default(),
         }
+    }
+
+    /// Sets the version check interval (`None`: this database's default): how long a query
+    /// may read the newest version of a table this handle knows without asking the store
+    /// (see [`super::latest`] for the consistency it gives). Writers always ask.
+    pub fn set_version_check(&self, interval: Option<Duration>) {
+        self.known
+            .set_interval(interval.unwrap_or(self.default_version_check));
+    }
+
+    /// The version check interval in force.
+    pub fn version_check(&self) -> Duration {
+        self.known.interval()
     }
 
     pub fn location(&self) -> &str {
@@ -129,29 +161,40 @@ impl Database {
             root: self.root.clone().join(name),
             name: name.to_string(),
             local_dir: self.local_dir.as_ref().map(|d| Arc::new(d.join(name))),
-            latest_seen: self.latest_seen.clone(),
+            known: self.known.clone(),
+            deletions: self.deletions.clone(),
             manifests: self.manifests.clone(),
         })
     }
 
-    /// Names of the tables in the database (folders that hold at least one manifest).
+    /// Names of the tables in the database (folders that hold at least one manifest). The
+    /// folders are checked concurrently.
     pub async fn list_tables(&self) -> Result<Vec<String>> {
         let listing = self
             .store
             .list_with_delimiter(Some(&self.root))
             .await
             .map_err(|e| FormatError::store(&self.root, e))?;
-        let mut names = Vec::new();
-        for prefix in listing.common_prefixes {
-            let Some(name) = prefix.filename() else {
-                continue;
-            };
-            if validate_table_name(name).is_ok()
-                && self.table(name)?.latest_version().await?.is_some()
-            {
-                names.push(name.to_string());
-            }
-        }
+        let candidates: Vec<TableDir> = listing
+            .common_prefixes
+            .iter()
+            .filter_map(|prefix| prefix.filename())
+            .filter(|name| validate_table_name(name).is_ok())
+            .map(|name| self.table(name))
+            .collect::<Result<_>>()?;
+        let checks: Vec<_> = candidates
+            .iter()
+            .map(|dir| async move { Ok::<_, FormatError>((dir, dir.latest_version().await?)) })
+            .collect();
+        let found: Vec<(&TableDir, Option<u64>)> = futures::stream::iter(checks)
+            .buffered(super::ranges::CONCURRENT_REQUESTS)
+            .try_collect()
+            .await?;
+        let mut names: Vec<String> = found
+            .into_iter()
+            .filter(|(_, v)| v.is_some())
+            .map(|(dir, _)| dir.name.clone())
+            .collect();
         names.sort();
         Ok(names)
     }
@@ -208,6 +251,7 @@ impl Database {
                 Err(e) => return Err(FormatError::store(&path, e)),
             }
         }
+        self.known.forget(name);
         Ok(())
     }
 }
@@ -324,7 +368,8 @@ pub struct TableDir {
     name: String,
     /// The table's folder, when the database is a local directory.
     local_dir: Option<Arc<std::path::PathBuf>>,
-    latest_seen: LatestSeen,
+    known: Arc<KnownVersions>,
+    deletions: Arc<DeletionCache>,
     manifests: ManifestCache,
 }
 
@@ -362,71 +407,83 @@ impl TableDir {
 
     /// All committed versions, ascending.
     pub async fn versions(&self) -> Result<Vec<u64>> {
+        Ok(self
+            .listed_versions()
+            .await?
+            .into_iter()
+            .map(|(v, _)| v)
+            .collect())
+    }
+
+    /// All committed versions, ascending, with their manifests' metadata (one listing).
+    async fn listed_versions(&self) -> Result<Vec<(u64, ObjectMeta)>> {
         let dir = self.root.clone().join(VERSIONS_DIR);
-        let metas: Vec<_> = self
+        let metas: Vec<ObjectMeta> = self
             .store
             .list(Some(&dir))
             .try_collect()
             .await
             .map_err(|e| FormatError::store(&dir, e))?;
-        let mut versions: Vec<u64> = metas
-            .iter()
+        let mut versions: Vec<(u64, ObjectMeta)> = metas
+            .into_iter()
             .filter_map(|m| {
-                m.location
+                let v = m
+                    .location
                     .filename()?
                     .strip_suffix(MANIFEST_SUFFIX)?
                     .parse()
-                    .ok()
+                    .ok()?;
+                Some((v, m))
             })
             .collect();
-        versions.sort_unstable();
+        versions.sort_unstable_by_key(|(v, _)| *v);
         Ok(versions)
     }
 
-    /// The newest committed version. From the last version this process saw, it probes
-    /// upwards (versions are consecutive and manifests immutable); without one, or when that
-    /// manifest is gone (the table was dropped or vacuumed), it lists the manifests.
+    /// The newest committed version, asking the store. From the newest version this handle
+    /// knows it probes upwards (versions are consecutive and manifests immutable); without
+    /// one, or when that manifest is gone (the table was dropped or vacuumed), it lists the
+    /// manifests.
     pub async fn latest_version(&self) -> Result<Option<u64>> {
         Ok(self.latest_head().await?.map(|(v, _)| v))
     }
 
-    /// The newest version and, when probing found it, its manifest's metadata (so the
-    /// snapshot need not ask for it again).
-    async fn latest_head(&self) -> Result<Option<(u64, Option<ObjectMeta>)>> {
-        let seen = self
-            .latest_seen
-            .lock()
-            .expect("latest versions")
-            .get(&self.name)
-            .copied();
-        let latest = match seen {
-            Some(v) => match self.manifest_head(v).await? {
-                Some(mut meta) => {
-                    let mut v = v;
-                    while let Some(next) = self.manifest_head(v + 1).await? {
-                        v += 1;
-                        meta = next;
-                    }
-                    Some((v, Some(meta)))
-                }
-                None => self.versions().await?.last().map(|v| (*v, None)),
-            },
-            None => self.versions().await?.last().map(|v| (*v, None)),
-        };
-        self.note_latest(latest.as_ref().map(|(v, _)| *v));
-        Ok(latest)
+    /// The newest version as a query may read it: the one this handle knows when the store
+    /// confirmed it within the version check interval (no request), else
+    /// [`Self::latest_version`]. See [`super::latest`] for the consistency this gives.
+    pub async fn latest_version_for_query(&self) -> Result<Option<u64>> {
+        match self.known.fresh(&self.name) {
+            Some(known) => Ok(Some(known.version)),
+            None => self.latest_version().await,
+        }
     }
 
-    fn note_latest(&self, version: Option<u64>) {
-        let mut seen = self.latest_seen.lock().expect("latest versions");
-        match version {
-            Some(v) => {
-                seen.insert(self.name.clone(), v);
-            }
-            None => {
-                seen.remove(&self.name);
+    /// The newest version and, when probing found it, its manifest's metadata (so the
+    /// snapshot need not ask for it again).
+    ///
+    /// The HEAD of the known version (is the table still there?) and of the next one (did
+    /// another writer commit?) are sent together: one round trip when nothing changed.
+    async fn latest_head(&self) -> Result<Option<(u64, Option<ObjectMeta>)>> {
+        let started = Instant::now();
+        if let Some(known) = self.known.get(&self.name) {
+            let v = known.version;
+            let (this, next) =
+                futures::try_join!(self.manifest_head(v), self.manifest_head(v + 1))?;
+            if let Some(mut meta) = this {
+                let mut v = v;
+                let mut next = next;
+                while let Some(found) = next {
+                    v += 1;
+                    meta = found;
+                    next = self.manifest_head(v + 1).await?;
+                }
+                self.known.probed(&self.name, v, meta.clone(), started);
+                return Ok(Some((v, Some(meta))));
             }
         }
+        let listed = self.listed_versions().await?.pop();
+        self.known.listed(&self.name, listed.clone(), started);
+        Ok(listed.map(|(v, meta)| (v, Some(meta))))
     }
 
     async fn manifest_head(&self, version: u64) -> Result<Option<ObjectMeta>> {
@@ -468,46 +525,73 @@ impl TableDir {
     }
 
     /// A manifest from the database's cache of decoded manifests, checked against the file's
-    /// identity with one metadata request.
+    /// identity: `meta` when the caller has it, the fresh newest version's known identity,
+    /// or one metadata request.
     async fn cached_manifest(
         &self,
         version: u64,
         meta: Option<ObjectMeta>,
     ) -> Result<Arc<Manifest>> {
-        let meta =
-            match meta {
-                Some(m) => m,
-                None => self.manifest_head(version).await?.ok_or_else(|| {
+        let meta = match meta.or_else(|| self.known.fresh_meta(&self.name, version)) {
+            Some(m) => m,
+            None => {
+                let m = self.manifest_head(version).await?.ok_or_else(|| {
                     FormatError::VersionNotFound {
                         table: self.name.clone(),
                         version,
                     }
-                })?,
-            };
-        let key = format!(
+                })?;
+                self.known.learned_meta(&self.name, version, &m);
+                m
+            }
+        };
+        let key = self.manifest_key(version, &meta);
+        if let Some(m) = self.manifests.lock().expect("manifest cache").get(&key) {
+            return Ok(m.clone());
+        }
+        let manifest = Arc::new(self.load_manifest(version).await?);
+        self.remember_manifest(key, manifest.clone());
+        Ok(manifest)
+    }
+
+    /// The decoded-manifest cache's key of a manifest file (its identity).
+    fn manifest_key(&self, version: u64, meta: &ObjectMeta) -> String {
+        format!(
             "{}/{version}/{}/{}",
             self.root,
             meta.size,
             meta.e_tag
                 .clone()
                 .unwrap_or_else(|| meta.last_modified.to_rfc3339())
-        );
-        if let Some(m) = self.manifests.lock().expect("manifest cache").get(&key) {
-            return Ok(m.clone());
-        }
-        let manifest = Arc::new(self.load_manifest(version).await?);
+        )
+    }
+
+    fn remember_manifest(&self, key: String, manifest: Arc<Manifest>) {
         let mut cache = self.manifests.lock().expect("manifest cache");
         if cache.len() >= CACHED_MANIFESTS {
             cache.clear();
         }
-        cache.insert(key, manifest.clone());
-        Ok(manifest)
+        cache.insert(key, manifest);
     }
 
+    /// The newest version's snapshot, asking the store (for statements that write).
     pub async fn latest(self: &Arc<Self>) -> Result<Snapshot> {
         match self.latest_head().await? {
             Some((v, meta)) => Snapshot::new(self.clone(), self.cached_manifest(v, meta).await?),
             None => Err(FormatError::NotFound(self.name.clone())),
+        }
+    }
+
+    /// The newest version's snapshot as a query may read it (see
+    /// [`Self::latest_version_for_query`]): no request when the version was confirmed within
+    /// the version check interval and its manifest is cached.
+    pub async fn latest_for_query(self: &Arc<Self>) -> Result<Snapshot> {
+        match self.known.fresh(&self.name) {
+            Some(known) => Snapshot::new(
+                self.clone(),
+                self.cached_manifest(known.version, known.meta).await?,
+            ),
+            None => self.latest().await,
         }
     }
 
@@ -518,13 +602,30 @@ impl TableDir {
             mode: PutMode::Create,
             ..Default::default()
         };
+        let bytes = bytes::Bytes::from(manifest.encode());
         match self
             .store
-            .put_opts(&path, PutPayload::from(manifest.encode()), opts)
+            .put_opts(&path, PutPayload::from(bytes.clone()), opts)
             .await
         {
-            Ok(_) => {
-                self.note_latest(Some(manifest.version));
+            Ok(put) => {
+                // This handle's next query reads what it just wrote without asking the store:
+                // the manifest's identity is its size and e-tag (the HEAD of an object
+                // returns the e-tag its PUT did), and its decoded form is cached.
+                let meta = put.e_tag.map(|e_tag| ObjectMeta {
+                    location: path.clone(),
+                    last_modified: Default::default(),
+                    size: bytes.len() as u64,
+                    e_tag: Some(e_tag),
+                    version: put.version,
+                });
+                if let Some(meta) = &meta
+                    && let Ok(decoded) = Manifest::decode(&bytes, path.as_ref(), &self.name)
+                {
+                    let key = self.manifest_key(manifest.version, meta);
+                    self.remember_manifest(key, Arc::new(decoded));
+                }
+                self.known.committed(&self.name, manifest.version, meta);
                 Ok(true)
             }
             Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
@@ -556,23 +657,33 @@ impl TableDir {
     }
 
     /// Reads a fragment's deletion vector (empty if it has none), checked against the CRC32C
-    /// its manifest entry records (entries written before checksums have none).
+    /// its manifest entry records (entries written before checksums have none). Decoded
+    /// vectors are kept per database ([`DeletionCache`]).
     pub async fn read_deletions(&self, fragment: &Fragment) -> Result<RoaringBitmap> {
         let Some(file) = &fragment.deletion else {
             return Ok(RoaringBitmap::new());
         };
         let path = self.path(&file.path);
+        let key = format!(
+            "{path}#{}#{}#{}#{:?}",
+            fragment.id, fragment.physical_rows, file.deleted_rows, file.crc32c
+        );
+        if let Some(hit) = self.deletions.get(&key) {
+            return Ok(hit.as_ref().clone());
+        }
         let bytes = self.read(&file.path).await?;
         if let Some(crc) = file.crc32c {
             integrity::check(&path, "deletion file", &bytes, crc)?;
         }
-        deletion::decode(
+        let deleted = deletion::decode(
             &bytes,
             path.as_ref(),
             fragment.id,
             fragment.physical_rows,
             file.deleted_rows,
-        )
+        )?;
+        self.deletions.insert(key, Arc::new(deleted.clone()));
+        Ok(deleted)
     }
 
     /// Writes a new deletion file for a fragment. The manifest that references it is the commit.

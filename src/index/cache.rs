@@ -246,6 +246,18 @@ impl IndexCache {
         Ok(vectors)
     }
 
+    /// The decoded vectors of `column` in data file `file` if they are cached (no read).
+    pub fn cached_vectors(&self, file: &str, column: &str) -> Option<Arc<ColumnVectors>> {
+        let key = Key::Vectors {
+            file: file.to_string(),
+            column: column.to_string(),
+        };
+        match self.get(&key) {
+            Some(Entry::Vectors(hit)) => Some(hit),
+            _ => None,
+        }
+    }
+
     /// A whole decoded column of data file `file` (every physical row): fetching a KNN
     /// answer's k rows then costs k lookups instead of decoding pages.
     pub async fn column<F, Fut>(&self, file: &str, column: &str, load: F) -> Result<ArrayRef>
@@ -387,6 +399,82 @@ impl IndexCache {
         Ok(partition)
     }
 
+    /// Partitions `ps` of a segment file, as stored: the cached ones from the cache, the
+    /// others read together ([`segment::read_partitions`]: close ranges coalesced, the
+    /// requests sent concurrently).
+    pub async fn partitions(
+        &self,
+        dir: &TableDir,
+        file: &str,
+        footer: &Footer,
+        ps: &[usize],
+        pq: bool,
+    ) -> Result<Vec<Arc<Partition>>> {
+        let key = |p: usize| Key::Partition {
+            file: format!("{}/{file}", dir.name()),
+            partition: p,
+        };
+        let mut found: Vec<Option<Arc<Partition>>> = ps
+            .iter()
+            .map(|&p| match self.get(&key(p)) {
+                Some(Entry::Partition(hit)) => Some(hit),
+                _ => None,
+            })
+            .collect();
+        let missing: Vec<usize> = ps
+            .iter()
+            .zip(&found)
+            .filter(|(_, f)| f.is_none())
+            .map(|(&p, _)| p)
+            .collect();
+        let mut read = segment::read_partitions(dir, file, footer, &missing, pq)
+            .await?
+            .into_iter();
+        for (slot, &p) in found.iter_mut().zip(ps) {
+            if slot.is_none() {
+                let partition = Arc::new(read.next().expect("one partition per missing one"));
+                self.admit(key(p), Entry::Partition(partition.clone()));
+                *slot = Some(partition);
+            }
+        }
+        Ok(found.into_iter().flatten().collect())
+    }
+
+    /// [`Self::translated_partition`] of several partitions, whose stored forms are read
+    /// together ([`Self::partitions`]).
+    pub async fn translated_partitions(
+        &self,
+        dir: &TableDir,
+        segment: &IndexSegment,
+        footer: &Footer,
+        ps: &[usize],
+        pq: bool,
+        translation: Translation<'_>,
+    ) -> Result<Vec<Arc<Partition>>> {
+        let missing: Vec<usize> = ps
+            .iter()
+            .copied()
+            .filter(|&p| {
+                !matches!(
+                    self.get(&translated_key(dir, segment, translation.view, p)),
+                    Some(Entry::Partition(_))
+                )
+            })
+            .collect();
+        // Brings the stored forms of the missing ones into the cache in one go (when the
+        // budget keeps them; the loop below reads any it did not keep).
+        self.partitions(dir, &segment.file, footer, &missing, pq)
+            .await?;
+        let mut out = Vec::with_capacity(ps.len());
+        for &p in ps {
+            out.push(
+                self.translated_partition(dir, segment, footer, p, pq, translation)
+                    .await?,
+            );
+        }
+        Ok(out)
+    }
+
     /// A partition of a segment whose rows were moved by rewrites: addresses translated
     /// through the ledger, rows the segment does not own (any more) dropped. Cached under the
     /// ledger state and the segment's invalidations.
@@ -400,12 +488,7 @@ impl IndexCache {
         translation: Translation<'_>,
     ) -> Result<Arc<Partition>> {
         let Translation { view, ownership } = translation;
-        let key = Key::Translated {
-            file: format!("{}/{}", dir.name(), segment.file),
-            ledger: view.key(),
-            invalidated: segment.invalidated_fragments.iter().copied().collect(),
-            partition: p,
-        };
+        let key = translated_key(dir, segment, view, p);
         if let Some(Entry::Partition(hit)) = self.get(&key) {
             return Ok(hit);
         }
@@ -438,6 +521,16 @@ impl IndexCache {
         let out = Arc::new(out);
         self.admit(key, Entry::Partition(out.clone()));
         Ok(out)
+    }
+}
+
+/// The cache key of partition `p` of `segment` translated through `view`.
+fn translated_key(dir: &TableDir, segment: &IndexSegment, view: &LedgerView, p: usize) -> Key {
+    Key::Translated {
+        file: format!("{}/{}", dir.name(), segment.file),
+        ledger: view.key(),
+        invalidated: segment.invalidated_fragments.iter().copied().collect(),
+        partition: p,
     }
 }
 

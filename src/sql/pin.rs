@@ -64,7 +64,7 @@ pub fn normalize_ident(ident: &Ident) -> String {
 }
 
 /// The table a plain relation name refers to, if it names one in the default schema.
-fn relation_of(name: &ObjectName) -> Option<RelationName> {
+pub fn relation_of(name: &ObjectName) -> Option<RelationName> {
     let parts: Vec<String> = name
         .0
         .iter()
@@ -84,9 +84,20 @@ fn relation_of(name: &ObjectName) -> Option<RelationName> {
 
 /// Tables named in a statement's FROM clauses (not CTE names), by base table name.
 pub fn referenced_tables<V: Visit>(statement: &V) -> BTreeSet<String> {
+    collect_tables(statement, false)
+}
+
+/// The [`referenced_tables`] named at least once without a version (whose newest version
+/// pinning must find; a relation already pinned needs no look-up).
+pub fn unpinned_tables<V: Visit>(statement: &V) -> BTreeSet<String> {
+    collect_tables(statement, true)
+}
+
+fn collect_tables<V: Visit>(statement: &V, unpinned_only: bool) -> BTreeSet<String> {
     struct Collect {
         tables: BTreeSet<String>,
         ctes: BTreeSet<String>,
+        unpinned_only: bool,
     }
     impl Visitor for Collect {
         type Break = ();
@@ -103,6 +114,7 @@ pub fn referenced_tables<V: Visit>(statement: &V) -> BTreeSet<String> {
                 name, args: None, ..
             } = tf
                 && let Some(rel) = relation_of(name)
+                && !(self.unpinned_only && rel.version.is_some())
             {
                 self.tables.insert(rel.table);
             }
@@ -112,6 +124,7 @@ pub fn referenced_tables<V: Visit>(statement: &V) -> BTreeSet<String> {
     let mut c = Collect {
         tables: BTreeSet::new(),
         ctes: BTreeSet::new(),
+        unpinned_only,
     };
     let _ = statement.visit(&mut c);
     c.tables.retain(|t| !c.ctes.contains(t));

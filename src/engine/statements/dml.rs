@@ -140,6 +140,7 @@ async fn finder_frame(session: &FragvecSession, sql: &str) -> Result<DataFrame> 
         session,
         query::parse_query(sql)?,
         pin::mentions_virtual_columns(sql),
+        query::VersionCheck::Always,
     )
     .await?;
     // The finder runs in this process, like the commit it feeds.

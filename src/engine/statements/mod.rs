@@ -64,6 +64,7 @@ impl FragvecSession {
     /// the latest version and run again, like DML, when a concurrent commit made theirs
     /// impossible.
     pub async fn execute(&self, statement: FragvecStatement) -> Result<StatementResult> {
+        self.apply_version_check();
         if !reads_only(&statement) {
             // Anything else may change a table or how queries plan.
             self.plans.clear();

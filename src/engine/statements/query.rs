@@ -19,7 +19,7 @@ use datafusion::execution::SessionState;
 use datafusion::logical_expr::{Expr, LogicalPlan, Volatility, WriteOp};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::sql::parser::Statement as DFStatement;
-use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::ast::{Statement, TableObject};
 
 use crate::engine::ivf_bind;
 use crate::engine::plan_cache::{self, CachedPlan};
@@ -46,7 +46,27 @@ pub async fn run(session: &FragvecSession, mut statement: DFStatement) -> Result
     // EXTERNAL TABLE, DROP, views) may, so the list SHOW TABLES uses is refreshed after.
     let changes_tables = !matches!(&statement, DFStatement::Statement(s)
         if matches!(s.as_ref(), Statement::Query(_) | Statement::Insert(_)));
-    let statement = pin(session, statement, pin::mentions_virtual_columns(&text)).await?;
+    // A query may read the newest versions known within `fragvec.version_check_ms`; a
+    // statement that writes reads what the store holds now.
+    let check = if is_query(&statement) {
+        VersionCheck::WithinInterval
+    } else {
+        VersionCheck::Always
+    };
+    if let Some(target) = insert_target(&statement)
+        && let Ok(dir) = session.database().table(&target)
+    {
+        // The catalog resolves INSERT's target unpinned: confirm its newest version now, so
+        // the lookup finds it fresh (appends would be rebased anyway, at the cost of a retry).
+        dir.latest_version().await?;
+    }
+    let statement = pin(
+        session,
+        statement,
+        pin::mentions_virtual_columns(&text),
+        check,
+    )
+    .await?;
     let binds_partitions = text.contains("ivf_partition");
     let result = if is_insert(&statement) {
         // Round-robin repartitioning would shuffle the rows of a single-partition source;
@@ -92,6 +112,7 @@ pub async fn run_sql(session: &FragvecSession, sql: &str) -> Result<StatementRes
         session,
         parse_query(sql)?,
         pin::mentions_virtual_columns(sql),
+        VersionCheck::Always,
     )
     .await?;
     let state = session.coordinator_state();
@@ -107,12 +128,23 @@ pub fn parse_query(sql: &str) -> Result<DFStatement> {
     }
 }
 
+/// How [`pin`] finds a table's newest version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VersionCheck {
+    /// Asks the store (statements that write, and the queries that find their rows).
+    Always,
+    /// Reuses the newest version known within `fragvec.version_check_ms` (read-only
+    /// queries; see [`crate::format::latest`]).
+    WithinInterval,
+}
+
 /// Pins every fragvec table the statement reads to its latest (or named) version.
 /// `virtual_columns`: whether the statement names `_rowaddr` / `_rowid`.
 pub async fn pin(
     session: &FragvecSession,
     mut statement: DFStatement,
     virtual_columns: bool,
+    check: VersionCheck,
 ) -> Result<DFStatement> {
     let target: &mut Statement = match &mut statement {
         DFStatement::Statement(s) => s.as_mut(),
@@ -130,8 +162,13 @@ pub async fn pin(
     if !calls.is_empty() {
         let mut metrics = HashMap::new();
         for call in calls {
-            if let Ok(dir) = session.database().table(&call.table)
-                && let Ok(snapshot) = Arc::new(dir).latest().await
+            let dir = session.database().table(&call.table).map(Arc::new);
+            let snapshot = match (&dir, check) {
+                (Ok(dir), VersionCheck::Always) => dir.latest().await,
+                (Ok(dir), VersionCheck::WithinInterval) => dir.latest_for_query().await,
+                (Err(_), _) => continue,
+            };
+            if let Ok(snapshot) = snapshot
                 && let Some(index) = snapshot
                     .manifest
                     .indexes
@@ -144,13 +181,27 @@ pub async fn pin(
         knn_call::rewrite_knn_calls(target, &metrics)?;
     }
     let mut latest = HashMap::new();
+    let unpinned = pin::unpinned_tables(target);
     for table in pin::referenced_tables(target) {
         if session.schema.is_session_table(&table) {
             continue;
         }
-        if let Ok(dir) = session.database().table(&table)
-            && let Some(v) = dir.latest_version().await?
-        {
+        if !unpinned.contains(&table) {
+            // Every reference names its version: nothing to look up (the placeholder is
+            // never read, a named version wins), but the relations are still encoded.
+            if session.database().table(&table).is_ok() {
+                latest.insert(table, 0);
+            }
+            continue;
+        }
+        let Ok(dir) = session.database().table(&table) else {
+            continue;
+        };
+        let version = match check {
+            VersionCheck::Always => dir.latest_version().await?,
+            VersionCheck::WithinInterval => dir.latest_version_for_query().await?,
+        };
+        if let Some(v) = version {
             latest.insert(table, v);
         }
     }
@@ -286,6 +337,29 @@ async fn execute_plan(
 
 fn is_insert(statement: &DFStatement) -> bool {
     matches!(statement, DFStatement::Statement(s) if matches!(s.as_ref(), Statement::Insert(_)))
+}
+
+/// A read-only query, or the EXPLAIN of one.
+fn is_query(statement: &DFStatement) -> bool {
+    match statement {
+        DFStatement::Statement(s) => matches!(s.as_ref(), Statement::Query(_)),
+        DFStatement::Explain(e) => is_query(&e.statement),
+        _ => false,
+    }
+}
+
+/// The table an INSERT writes to, as named.
+fn insert_target(statement: &DFStatement) -> Option<String> {
+    let DFStatement::Statement(s) = statement else {
+        return None;
+    };
+    let Statement::Insert(insert) = s.as_ref() else {
+        return None;
+    };
+    match &insert.table {
+        TableObject::TableName(name) => pin::relation_of(name).map(|r| r.table),
+        _ => None,
+    }
 }
 
 fn count_of(result: &StatementResult) -> u64 {

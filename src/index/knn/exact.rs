@@ -11,12 +11,13 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{Float32Type, Schema};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use roaring::{RoaringBitmap, RoaringTreemap};
 
 use super::rows::RowReader;
 use super::scan::{Query, RowBlock, scorable_runs, score_run, split_runs};
 use super::{Counters, Searcher, exact_key};
+use crate::format::ranges::CONCURRENT_REQUESTS;
 use crate::format::{Fragment, read_fragment};
 use crate::index::cache::ColumnVectors;
 use crate::index::error::{IndexError, Result};
@@ -59,7 +60,9 @@ impl Searcher<'_> {
         let row_bytes = (self.req.vector.len() * 4 + 1) as u64;
         let mut top = TopK::new(k);
         let mut rows = 0usize;
-        let mut group: Vec<(Arc<ColumnVectors>, u64, Vec<Range<u32>>)> = Vec::new();
+        // Fragments whose columns fit the budget together form a group; a group's columns
+        // are loaded concurrently (independent reads), then scored.
+        let mut group: Vec<(&Fragment, Vec<Range<u32>>)> = Vec::new();
         let mut group_bytes = 0u64;
         for fragment in fragments {
             let runs = self.scorable(fragment, skip)?;
@@ -74,16 +77,40 @@ impl Searcher<'_> {
                 continue;
             }
             if group_bytes + bytes > budget as u64 {
-                rows += score_group(&std::mem::take(&mut group), &query, &mut top);
+                rows += self
+                    .score_fragments(std::mem::take(&mut group), &query, &mut top)
+                    .await?;
                 group_bytes = 0;
             }
-            let vectors = self.fragment_vectors(fragment).await?;
-            group.push((vectors, fragment.id, runs));
+            group.push((fragment, runs));
             group_bytes += bytes;
         }
-        rows += score_group(&group, &query, &mut top);
+        rows += self.score_fragments(group, &query, &mut top).await?;
         Counters::add(&self.counters.rows_scored, rows);
         Ok(top.into_sorted())
+    }
+
+    /// Loads the vector columns of `group` concurrently and scores their runs.
+    async fn score_fragments(
+        &self,
+        group: Vec<(&Fragment, Vec<Range<u32>>)>,
+        query: &Query<'_>,
+        top: &mut TopK,
+    ) -> Result<usize> {
+        let loads: Vec<_> = group
+            .iter()
+            .map(|(fragment, _)| self.fragment_vectors(fragment))
+            .collect();
+        let loaded: Vec<Arc<ColumnVectors>> = futures::stream::iter(loads)
+            .buffered(CONCURRENT_REQUESTS)
+            .try_collect()
+            .await?;
+        let scored: Vec<(Arc<ColumnVectors>, u64, Vec<Range<u32>>)> = loaded
+            .into_iter()
+            .zip(group)
+            .map(|(vectors, (fragment, runs))| (vectors, fragment.id, runs))
+            .collect();
+        Ok(score_group(&scored, query, top))
     }
 
     /// The rows of `fragment` brute force may score: not deleted, not answered by a segment
@@ -172,6 +199,29 @@ impl Searcher<'_> {
         Ok(Arc::new(Schema::new(vec![field])))
     }
 
+    /// The cache key of a fragment's vector column: the file holding it.
+    fn vectors_file(&self, fragment: &Fragment) -> Result<String> {
+        let column = self.req.column;
+        let file = fragment
+            .file_for_column(column)
+            .ok_or_else(|| IndexError::MissingColumn {
+                fragment: fragment.id,
+                column: column.to_string(),
+            })?;
+        Ok(format!("{}/{}", self.req.snapshot.dir.name(), file.path))
+    }
+
+    /// The vector of row `offset` of `fragment` if its column is cached and the row is not
+    /// NULL (no read): the brute-force winners' vectors, so their rows need no Parquet read.
+    pub(super) fn cached_row_vector(&self, fragment: &Fragment, offset: u64) -> Option<Vec<f32>> {
+        let file = self.vectors_file(fragment).ok()?;
+        let vectors = self.cache.cached_vectors(&file, self.req.column)?;
+        let i = usize::try_from(offset).ok()?;
+        (i < vectors.valid.len())
+            .then(|| vectors.row(i).map(<[f32]>::to_vec))
+            .flatten()
+    }
+
     /// The whole vector column of a fragment, decoded once per session (the cache's budget
     /// decides whether it stays).
     async fn fragment_vectors(&self, fragment: &Fragment) -> Result<Arc<ColumnVectors>> {
@@ -179,13 +229,7 @@ impl Searcher<'_> {
         let dir = &snapshot.dir;
         let column = self.req.column;
         let schema = self.vector_schema()?;
-        let file = fragment
-            .file_for_column(column)
-            .ok_or_else(|| IndexError::MissingColumn {
-                fragment: fragment.id,
-                column: column.to_string(),
-            })?;
-        let file = format!("{}/{}", dir.name(), file.path);
+        let file = self.vectors_file(fragment)?;
         self.cache
             .vectors(&file, column, || {
                 load_vectors(dir.clone(), fragment.clone(), schema)

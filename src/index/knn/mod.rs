@@ -30,8 +30,8 @@
 //! their answers gives.
 //!
 //! IO: model, footers and probed partitions through the [`IndexCache`]; vector columns of
-//! unindexed fragments decoded once and cached within the budget; each deletion vector read
-//! once per query. Memory: O(k) per segment plus cached entries.
+//! unindexed fragments decoded once and cached within the budget; deletion vectors read
+//! together, each once per session (the database keeps them decoded). Memory: O(k) per segment plus cached entries.
 
 mod exact;
 pub mod rows;
@@ -43,11 +43,12 @@ mod undefined;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use futures::{StreamExt, TryStreamExt};
 use roaring::{RoaringBitmap, RoaringTreemap};
 
 use super::cache::IndexCache;
 use super::distance::{Metric, metric_key};
-use super::error::Result;
+use super::error::{IndexError, Result};
 use super::search::{Candidate, TopK};
 use crate::format::Snapshot;
 use crate::format::index_meta::IndexDef;
@@ -247,15 +248,18 @@ async fn search_in(
         ..req
     };
     let snapshot = req.snapshot;
-    let mut deletions = HashMap::new();
-    for f in snapshot
+    // Independent reads, sent together (each is cached per database after its first read).
+    let reads: Vec<_> = snapshot
         .manifest
         .fragments
         .iter()
         .filter(|f| f.deletion.is_some())
-    {
-        deletions.insert(f.id, snapshot.dir.read_deletions(f).await?);
-    }
+        .map(|f| async move { Ok::<_, IndexError>((f.id, snapshot.dir.read_deletions(f).await?)) })
+        .collect();
+    let deletions: HashMap<u64, RoaringBitmap> = futures::stream::iter(reads)
+        .buffered(crate::format::ranges::CONCURRENT_REQUESTS)
+        .try_collect()
+        .await?;
     let searcher = Searcher {
         req: KnnRequest {
             nprobes: req.nprobes.max(1),

@@ -13,11 +13,12 @@ use datafusion::arrow::array::{
     Array, ArrayRef, FixedSizeListArray, Float32Array, RecordBatch, RecordBatchOptions, UInt64Array,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 
 use super::{Counters, KnnAnswer};
 use crate::format::fragment_io::read_fragment_rows;
 use crate::format::manifest::{ROW_ADDR, ROW_ID};
+use crate::format::ranges::CONCURRENT_REQUESTS;
 use crate::format::{Fragment, Snapshot, read_fragment};
 use crate::index::cache::IndexCache;
 use crate::index::error::{IndexError, Result};
@@ -60,64 +61,81 @@ impl<'a> RowReader<'a> {
         addrs: &[u64],
         schema: SchemaRef,
     ) -> Result<Vec<(&'a Fragment, Vec<u64>, RecordBatch)>> {
-        let mut out = Vec::new();
-        for (fragment, offsets) in self.by_fragment(addrs)? {
-            Counters::add(self.fragments_read, 1);
-            if let Some(bad) = offsets.iter().find(|o| **o >= fragment.physical_rows) {
-                return Err(IndexError::RowOutOfRange {
-                    fragment: fragment.id,
-                    offset: *bad,
-                    rows: fragment.physical_rows,
-                });
-            }
-            let cached: Vec<bool> = schema
+        // The fragments are independent reads: sent together, results kept in order.
+        // (The futures are made first: a closure inside the stream would not be `Send` for
+        // every lifetime, which the operator's stream needs.)
+        let reads: Vec<_> = self
+            .by_fragment(addrs)?
+            .into_iter()
+            .map(|(fragment, offsets)| self.fragment_rows(fragment, offsets, &schema))
+            .collect();
+        futures::stream::iter(reads)
+            .buffered(CONCURRENT_REQUESTS)
+            .try_collect()
+            .await
+    }
+
+    /// `schema`'s columns of the rows at `offsets` (sorted, distinct) of one fragment.
+    async fn fragment_rows(
+        &self,
+        fragment: &'a Fragment,
+        offsets: Vec<u64>,
+        schema: &SchemaRef,
+    ) -> Result<(&'a Fragment, Vec<u64>, RecordBatch)> {
+        Counters::add(self.fragments_read, 1);
+        if let Some(bad) = offsets.iter().find(|o| **o >= fragment.physical_rows) {
+            return Err(IndexError::RowOutOfRange {
+                fragment: fragment.id,
+                offset: *bad,
+                rows: fragment.physical_rows,
+            });
+        }
+        let cached: Vec<bool> = schema
+            .fields()
+            .iter()
+            .map(|f| self.column_is_cacheable(f.data_type(), fragment.physical_rows))
+            .collect();
+        let direct = Arc::new(Schema::new(
+            schema
                 .fields()
                 .iter()
-                .map(|f| self.column_is_cacheable(f.data_type(), fragment.physical_rows))
-                .collect();
-            let direct = Arc::new(Schema::new(
-                schema
-                    .fields()
-                    .iter()
-                    .zip(&cached)
-                    .filter(|(_, c)| !**c)
-                    .map(|(f, _)| f.as_ref().clone())
-                    .collect::<Vec<_>>(),
-            ));
-            let mut direct_columns: Vec<Vec<ArrayRef>> = vec![Vec::new(); direct.fields().len()];
-            if !direct.fields().is_empty() {
-                let dir = self.snapshot.dir.clone();
-                let mut stream = read_fragment_rows(dir, fragment, direct.clone(), &offsets);
-                while let Some(batch) = stream.next().await {
-                    for (i, c) in batch?.columns().iter().enumerate() {
-                        direct_columns[i].push(c.clone());
-                    }
+                .zip(&cached)
+                .filter(|(_, c)| !**c)
+                .map(|(f, _)| f.as_ref().clone())
+                .collect::<Vec<_>>(),
+        ));
+        let mut direct_columns: Vec<Vec<ArrayRef>> = vec![Vec::new(); direct.fields().len()];
+        if !direct.fields().is_empty() {
+            let dir = self.snapshot.dir.clone();
+            let mut stream = read_fragment_rows(dir, fragment, direct.clone(), &offsets);
+            while let Some(batch) = stream.next().await {
+                for (i, c) in batch?.columns().iter().enumerate() {
+                    direct_columns[i].push(c.clone());
                 }
             }
-            let indices = UInt64Array::from(offsets.clone());
-            let mut columns = Vec::with_capacity(schema.fields().len());
-            let mut next_direct = 0;
-            for (field, cached) in schema.fields().iter().zip(&cached) {
-                if *cached {
-                    let whole = self.whole_column(fragment, field).await?;
-                    columns.push(datafusion::arrow::compute::take(&whole, &indices, None)?);
-                } else {
-                    let parts: Vec<&dyn Array> = direct_columns[next_direct]
-                        .iter()
-                        .map(|a| a.as_ref())
-                        .collect();
-                    columns.push(datafusion::arrow::compute::concat(&parts)?);
-                    next_direct += 1;
-                }
-            }
-            let batch = RecordBatch::try_new_with_options(
-                schema.clone(),
-                columns,
-                &RecordBatchOptions::new().with_row_count(Some(offsets.len())),
-            )?;
-            out.push((fragment, offsets, batch));
         }
-        Ok(out)
+        let indices = UInt64Array::from(offsets.clone());
+        let mut columns = Vec::with_capacity(schema.fields().len());
+        let mut next_direct = 0;
+        for (field, cached) in schema.fields().iter().zip(&cached) {
+            if *cached {
+                let whole = self.whole_column(fragment, field).await?;
+                columns.push(datafusion::arrow::compute::take(&whole, &indices, None)?);
+            } else {
+                let parts: Vec<&dyn Array> = direct_columns[next_direct]
+                    .iter()
+                    .map(|a| a.as_ref())
+                    .collect();
+                columns.push(datafusion::arrow::compute::concat(&parts)?);
+                next_direct += 1;
+            }
+        }
+        let batch = RecordBatch::try_new_with_options(
+            schema.clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(offsets.len())),
+        )?;
+        Ok((fragment, offsets, batch))
     }
 
     /// Fixed-width columns whose decoded size is a small share of the cache budget.

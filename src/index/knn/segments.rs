@@ -12,6 +12,7 @@ use crate::index::cache::Translation;
 use crate::index::error::{IndexError, Result};
 use crate::index::search::{Candidate, RowMask, SearchStats, TopK, score_flat, score_pq};
 use crate::ledger::Coverage;
+use crate::ledger::ids::split_row_address;
 
 impl Searcher<'_> {
     fn record(&self, s: &SearchStats) {
@@ -35,7 +36,23 @@ impl Searcher<'_> {
         let manifest = &snapshot.manifest;
         let dir = &snapshot.dir;
         let k = req.k;
-        let model = self.cache.model(dir, index).await?;
+        // The model and the searched segments' footers are independent reads: sent together
+        // (the footers are checked against the model below, when each segment is searched).
+        let footers = manifest
+            .segments_of(&index.name)
+            .filter(|s| {
+                self.scope
+                    .as_ref()
+                    .is_none_or(|sc| sc.segments.contains(&s.id))
+            })
+            .map(|s| self.cache.footer(dir, &s.file, s.size_bytes));
+        let (model, footers) = futures::join!(
+            self.cache.model(dir, index),
+            futures::future::try_join_all(footers)
+        );
+        // A damaged model is reported before a damaged footer, whichever read ended first.
+        let model = model?;
+        footers?;
         if model.dim != req.vector.len() {
             return Err(IndexError::DimensionMismatch {
                 query: req.vector.len(),
@@ -83,11 +100,60 @@ impl Searcher<'_> {
                 }
             }
         }
-        let searched = manifest.segments_of(&index.name).filter(|s| {
-            self.scope
-                .as_ref()
-                .is_none_or(|sc| sc.segments.contains(&s.id))
-        });
+        let searched: Vec<_> = manifest
+            .segments_of(&index.name)
+            .filter(|s| {
+                self.scope
+                    .as_ref()
+                    .is_none_or(|sc| sc.segments.contains(&s.id))
+            })
+            .collect();
+        // Every segment probes its first `nprobes` partitions whatever it finds: their
+        // footers, then those partitions of all segments, are read together (one round trip
+        // each on object storage, instead of one per segment and per partition).
+        let first = &probe_order[..req.nprobes.min(probe_order.len())];
+        let reading: Vec<_> = searched
+            .iter()
+            .filter(|s| !owners[&s.id].fragments.is_empty())
+            .copied()
+            .collect();
+        let footers = futures::future::try_join_all(
+            reading
+                .iter()
+                .map(|s| self.cache.segment_footer(dir, s, &model)),
+        )
+        .await?;
+        let mut prefetched: HashMap<u64, std::vec::IntoIter<_>> =
+            futures::future::try_join_all(reading.iter().zip(&footers).map(|(segment, footer)| {
+                let translation = Translation {
+                    view: &view,
+                    ownership: &owners[&segment.id],
+                };
+                let translated = segment.fragment_bitmap.iter().any(|f| view.consumes(*f));
+                async move {
+                    let parts = if translated {
+                        self.cache
+                            .translated_partitions(
+                                dir,
+                                segment,
+                                footer,
+                                first,
+                                pq_width.is_some(),
+                                translation,
+                            )
+                            .await?
+                    } else {
+                        self.cache
+                            .partitions(dir, &segment.file, footer, first, pq_width.is_some())
+                            .await?
+                    };
+                    Ok::<_, IndexError>((segment.id, parts.into_iter()))
+                }
+            }))
+            .await?
+            .into_iter()
+            .collect();
+        let mut footers: HashMap<u64, _> = reading.iter().map(|s| s.id).zip(footers).collect();
         for segment in searched {
             Counters::add(&self.counters.segments_searched, 1);
             let ownership = &owners[&segment.id];
@@ -109,7 +175,8 @@ impl Searcher<'_> {
             if ownership.fragments.is_empty() {
                 continue;
             }
-            let footer = self.cache.segment_footer(dir, segment, &model).await?;
+            let footer = footers.remove(&segment.id).expect("read above");
+            let mut first_parts = prefetched.remove(&segment.id).expect("read above");
             let mut top = TopK::new(keep);
             let mut stats = SearchStats::default();
             let mut probed_parts = Vec::new();
@@ -117,7 +184,9 @@ impl Searcher<'_> {
                 if probed >= req.nprobes && top.is_full() {
                     break;
                 }
-                let part = if translated {
+                let part = if let Some(part) = first_parts.next() {
+                    part
+                } else if translated {
                     self.cache
                         .translated_partition(
                             dir,
@@ -215,6 +284,21 @@ impl Searcher<'_> {
         // Rows whose distance is undefined (zero vectors under cosine) rank after all others;
         // only keep them if there is room, exactly like `NULLS LAST`.
         candidates.truncate(k);
+        if pq_width.is_none() {
+            // Winners from unindexed fragments: their current vectors are in the cached
+            // columns brute force scored, so fetching the answer needs no Parquet read.
+            for c in &candidates {
+                if vectors.contains_key(&c.addr) {
+                    continue;
+                }
+                let (frag, offset) = split_row_address(c.addr);
+                if let Some(fragment) = unindexed.iter().find(|f| f.id == frag)
+                    && let Some(v) = self.cached_row_vector(fragment, offset)
+                {
+                    vectors.insert(c.addr, v);
+                }
+            }
+        }
         Ok((candidates, vectors))
     }
 }
