@@ -15,7 +15,8 @@
 //! writing and killing; what CI runs) and prints one summary line. `FRAGVEC_SOAK_SECS=600`
 //! runs the long mode: the writers, the kill loop and the corruption rounds share that many
 //! seconds. `FRAGVEC_RELIABILITY_SEED=n` changes the random choices (default: fixed);
-//! `FRAGVEC_RELIABILITY_PARTS=writers,kills` runs only some parts.
+//! `FRAGVEC_RELIABILITY_PARTS=writers,kills` runs only some parts, and
+//! `FRAGVEC_RELIABILITY_BIN=path` runs them against another `fragvec` binary.
 
 #[path = "support/damage.rs"]
 mod damage;

@@ -1,6 +1,6 @@
 //! Damage at random places: a copy of a table holding every file kind gets one damage (a
 //! bit flipped at a random offset of a random file of one kind, or the file truncated at a
-//! random length), then a fresh `fragvec` process runs five queries on it. Each answer must
+//! random length), then a fresh `fragvec` process runs six queries on it. Each answer must
 //! equal the undamaged one, or be an error naming the damaged file; a wrong answer, an error
 //! that does not name the file, a panic, an abort or a hang is a failure. (`tests/corruption.rs`
 //! aims at chosen places in-process; this goes anywhere, through the binary.)
@@ -21,6 +21,8 @@ const QUERIES: &[&str] = &[
     "SELECT count(*) FROM t",
     "SELECT id, emb FROM t WHERE id = 4321 OR id = 17",
     "SELECT id FROM t ORDER BY l2_distance(emb, [2.5, 40, 40, 40]) LIMIT 10",
+    // One probe: the answer depends on which centroid is nearest.
+    "SET fragvec.nprobes = 1; SELECT id FROM t ORDER BY l2_distance(emb, [0.5, 10, 60, 20]) LIMIT 10",
     // Exact search reads every vector.
     "SET fragvec.exact = true; SELECT id FROM t ORDER BY l2_distance(emb, [1.5, 20, 30, 40]) LIMIT 10",
 ];

@@ -52,8 +52,17 @@ pub fn fragvec(db: &str) -> Command {
     fragvec_printing(db, "csv")
 }
 
+/// The binary under test: this build's, or another (`FRAGVEC_RELIABILITY_BIN`, e.g. an older
+/// release, to see what the suite finds there).
+fn binary() -> String {
+    std::env::var("FRAGVEC_RELIABILITY_BIN")
+        .ok()
+        .filter(|b| !b.is_empty())
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_fragvec").to_string())
+}
+
 fn fragvec_printing(db: &str, format: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_fragvec"));
+    let mut command = Command::new(binary());
     command
         .arg("--db")
         .arg(db)
