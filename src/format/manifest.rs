@@ -644,7 +644,7 @@ fn split_checksum(bytes: &[u8]) -> Option<(Vec<u8>, u32)> {
         return None;
     }
     let recorded = digits.parse().ok()?;
-    let mut body = rest[..at].as_bytes().to_vec();
+    let mut body = rest.as_bytes()[..at].to_vec();
     body.extend_from_slice(b"\n}");
     Some((body, recorded))
 }

@@ -282,14 +282,12 @@ pub fn run(db: &Path, seconds: f64, min_kills: usize, seed: u64) -> Figures {
                 learn(&mut commit_at[which], took);
             }
         }
-        if !killed {
-            if !out.status.success() {
-                figures.failures.push(format!(
-                    "{statements:?} failed alone: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                ));
-                break;
-            }
+        if !killed && !out.status.success() {
+            figures.failures.push(format!(
+                "{statements:?} failed alone: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+            break;
         }
         // Reopen and look.
         let mut shell = Shell::open(db);
