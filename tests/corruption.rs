@@ -2,7 +2,7 @@
 //! never a panic.
 //!
 //! One table is built with every file kind a query reads: several fragments (Parquet data
-//! files), deletion files, an IVF index segment, a COMPACT (its ledger entry references the
+//! files), deletion files, an IVF index (model and segment), a COMPACT (its ledger entry references the
 //! deletion files it consumed) and a RECLUSTER (a row map). Then, for each file kind, a
 //! fresh copy of the database gets one damage (a flipped bit at a chosen or seeded place, or
 //! a truncation) and three queries run on it: `sum(id)`, `count(*)` and a KNN query through
@@ -24,21 +24,9 @@ use futures::FutureExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-const SETUP: &[&str] = &[
-    "CREATE TABLE t (id BIGINT NOT NULL, emb VECTOR(4)) WITH (max_rows_per_fragment = 1000)",
-    "INSERT INTO t SELECT value, [value * 0.001, value % 97, value % 89, value % 83] \
-     FROM generate_series(1, 4000)",
-    "CREATE VECTOR INDEX i ON t (emb) USING IVF_FLAT WITH (num_partitions = 4)",
-    "DELETE FROM t WHERE id % 10 = 3",
-    // Every fragment lost 10% of its rows: all four are compacted, and the ledger keeps
-    // their deletion files.
-    "COMPACT t WITH (deletion_threshold = 0.05)",
-    "INSERT INTO t SELECT value, [value * 0.001, value % 97, value % 89, value % 83] \
-     FROM generate_series(4001, 5000)",
-    // A stable partition: the ledger gets a row map.
-    "RECLUSTER t BY (id % 3)",
-    "DELETE FROM t WHERE id % 10 = 7",
-];
+#[path = "support/damage.rs"]
+mod damage;
+use damage::{Damage, Kind, SETUP, apply, copy_dir, names_the_file, table_files};
 
 const QUERIES: &[&str] = &[
     "SELECT sum(id) FROM t",
@@ -48,21 +36,6 @@ const QUERIES: &[&str] = &[
 
 /// Panics anywhere in the process (query tasks included).
 static PANICS: AtomicUsize = AtomicUsize::new(0);
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Data,
-    Deletion,
-    Segment,
-    RowMap,
-    Manifest,
-}
-
-#[derive(Clone, Debug)]
-enum Damage {
-    Flip { at: u64, bit: u8 },
-    Truncate { len: u64 },
-}
 
 /// One damage to one file (`what` says where it was aimed; printed with a bad outcome).
 #[derive(Clone, Debug)]
@@ -115,76 +88,26 @@ async fn run_queries(db: &Path) -> Vec<Answer> {
     out
 }
 
-fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            files_under(&path, out);
-        } else {
-            out.push(path);
-        }
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    let mut files = Vec::new();
-    files_under(from, &mut files);
-    for f in files {
-        let target = to.join(f.strip_prefix(from).unwrap());
-        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
-        std::fs::copy(&f, &target).unwrap();
-    }
-}
-
-/// The files of the latest version (and of the ledger) by kind, from its manifest, each
-/// with the query that reads all of it (when one does).
+/// The files of the latest version (and of the ledger) by kind, each with the query that
+/// reads all of it (when one does).
 fn current_files(db: &Path) -> Vec<(Kind, PathBuf, Option<usize>)> {
-    let table = db.join("t");
-    let mut manifests: Vec<PathBuf> = std::fs::read_dir(table.join("_versions"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "manifest"))
-        .collect();
-    manifests.sort();
-    let latest = manifests.last().unwrap().clone();
-    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(&latest).unwrap()).unwrap();
-    let rel = |p: &str| PathBuf::from("t").join(p);
-    // A flip in a manifest may land in a harmless field (a timestamp, a read version).
-    let mut out = vec![(
-        Kind::Manifest,
-        latest.strip_prefix(db).unwrap().to_path_buf(),
-        None,
-    )];
-    for f in m["fragments"].as_array().unwrap() {
-        for d in f["files"].as_array().unwrap() {
-            // sum(id) reads every data file's footer.
-            out.push((Kind::Data, rel(d["path"].as_str().unwrap()), None));
-        }
-        if let Some(d) = f.get("deletion") {
-            out.push((Kind::Deletion, rel(d["path"].as_str().unwrap()), Some(SUM)));
-        }
-    }
-    for s in m["index_segments"].as_array().unwrap() {
-        out.push((Kind::Segment, rel(s["file"].as_str().unwrap()), None));
-    }
-    for t in m["reuse_ledger"].as_array().unwrap() {
-        let mapping = &t["mapping"];
-        if let Some(removed) = mapping.get("removed") {
-            // The KNN query translates the segment's rows through every transition.
-            for r in removed
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter_map(|r| r.as_str())
-            {
-                out.push((Kind::Deletion, rel(r), Some(KNN)));
-            }
-        }
-        if let Some(map) = mapping.get("row_map") {
-            out.push((Kind::RowMap, rel(map.as_str().unwrap()), None));
-        }
-    }
-    out
+    table_files(db, "t")
+        .into_iter()
+        .map(|(kind, file)| {
+            let reader = match kind {
+                // sum(id) reads every data file's footer.
+                Kind::Data | Kind::Segment | Kind::RowMap => None,
+                // A flip in a manifest may land in a harmless field (a timestamp, a read
+                // version).
+                Kind::Manifest => None,
+                Kind::Deletion => Some(SUM),
+                // The KNN query translates the segment's rows through every transition, and
+                // probes the partitions the model's centroids choose.
+                Kind::Ledger | Kind::Model => Some(KNN),
+            };
+            (kind, file, reader)
+        })
+        .collect()
 }
 
 /// Byte ranges of a data file worth aiming at: the first page of each column chunk of
@@ -227,11 +150,7 @@ fn inside(rng: &mut StdRng, range: &std::ops::Range<u64>) -> u64 {
 
 fn cases(db: &Path, rng: &mut StdRng) -> Vec<Case> {
     let mut out = Vec::new();
-    let mut seen = std::collections::HashSet::new();
     for (kind, file, reader) in current_files(db) {
-        if !seen.insert(file.clone()) {
-            continue;
-        }
         let full = db.join(&file);
         let len = std::fs::metadata(&full).unwrap().len();
         let mut flip = |what: String, at: u64, must_fail: Option<usize>, rng: &mut StdRng| {
@@ -285,32 +204,8 @@ fn cases(db: &Path, rng: &mut StdRng) -> Vec<Case> {
     out
 }
 
-fn apply(db: &Path, case: &Case) {
-    let path = db.join(&case.file);
-    let mut bytes = std::fs::read(&path).unwrap();
-    match case.damage {
-        Damage::Flip { at, bit } => bytes[at as usize] ^= 1 << bit,
-        Damage::Truncate { len } => bytes.truncate(len as usize),
-    }
-    std::fs::write(&path, bytes).unwrap();
-}
-
-/// Whether an error message names the damaged file (or, for a manifest, any table file:
-/// a damaged manifest can only be noticed through what it names).
-fn names_the_file(case: &Case, message: &str) -> bool {
-    let name = case.file.file_name().unwrap().to_str().unwrap();
-    let stem = name.split('.').next().unwrap();
-    message.contains(stem)
-        || (case.kind == Kind::Manifest
-            && [
-                "_versions/",
-                "data/",
-                "_deletions/",
-                "_indexes/",
-                "_rowmaps/",
-            ]
-            .iter()
-            .any(|d| message.contains(d)))
+fn apply_case(db: &Path, case: &Case) {
+    apply(&db.join(&case.file), &case.damage);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -339,7 +234,9 @@ async fn corrupt_files_give_the_right_answer_or_an_error_naming_them() {
     for kind in [
         Kind::Data,
         Kind::Deletion,
+        Kind::Ledger,
         Kind::Segment,
+        Kind::Model,
         Kind::RowMap,
         Kind::Manifest,
     ] {
@@ -353,7 +250,7 @@ async fn corrupt_files_give_the_right_answer_or_an_error_naming_them() {
     for (n, case) in cases.iter().enumerate() {
         let copy = root.path().join(format!("case{n}"));
         copy_dir(&pristine, &copy);
-        apply(&copy, case);
+        apply_case(&copy, case);
         let answers = run_queries(&copy).await;
         if let Some(q) = case.must_fail
             && answers[q].is_ok()
@@ -373,7 +270,7 @@ async fn corrupt_files_give_the_right_answer_or_an_error_naming_them() {
                 Err(e) if e.contains("panicked") => {
                     wrong.push(format!("{case:?}: {sql} panicked: {e}"))
                 }
-                Err(e) if !names_the_file(case, &e) => wrong.push(format!(
+                Err(e) if !names_the_file(case.kind, &case.file, &e) => wrong.push(format!(
                     "{case:?}: {sql} failed without naming the file: {e}"
                 )),
                 Err(_) => caught += 1,

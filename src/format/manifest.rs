@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use super::error::{FormatError, Result};
 use super::index_meta::{IndexDef, IndexSegment, validate_segments};
+use super::integrity::crc32c;
 use super::rowids::RowIdSequence;
 use crate::ledger::Transition;
 use crate::ledger::transition::KNOWN_MAPPINGS;
@@ -315,12 +316,28 @@ impl Manifest {
         self.fragments.iter().find(|f| f.id == id)
     }
 
+    /// The manifest as pretty JSON whose last member is `"crc32c"`: the CRC32C of the same
+    /// JSON without that member (see [`split_checksum`]).
     pub fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec_pretty(self).expect("manifest serializes")
+        let mut body = serde_json::to_vec_pretty(self).expect("manifest serializes");
+        let sum = crc32c(&body);
+        debug_assert!(body.ends_with(b"\n}"));
+        body.truncate(body.len() - 2);
+        body.extend_from_slice(format!("{CHECKSUM_MEMBER}{sum}\n}}").as_bytes());
+        body
     }
 
     /// Parses and validates a manifest. `path` and `table` only label errors.
     pub fn decode(bytes: &[u8], path: &str, table: &str) -> Result<Self> {
+        if let Some((body, recorded)) = split_checksum(bytes) {
+            let found = crc32c(&body);
+            if found != recorded {
+                return Err(FormatError::corrupt(
+                    path,
+                    format!("manifest: CRC32C is {found:#010x}, {recorded:#010x} was recorded"),
+                ));
+            }
+        }
         // Peek at magic and features first, so a foreign file or a newer table fails with the
         // precise reason rather than a confusing field error.
         let value: serde_json::Value = serde_json::from_slice(bytes)
@@ -608,6 +625,28 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+/// How [`Manifest::encode`] appends the checksum: the last member of the pretty-printed
+/// object. Serde ignores it as an unknown field, so older builds still read the manifest.
+const CHECKSUM_MEMBER: &str = ",\n  \"crc32c\": ";
+
+/// The JSON a manifest's checksum covers and the checksum, when the bytes end with the
+/// member [`Manifest::encode`] writes; `None` for manifests written without one (before
+/// checksums, or by hand), which are read unverified. A damaged checksum member itself either
+/// stops the JSON from parsing or leaves the rest of the manifest intact.
+fn split_checksum(bytes: &[u8]) -> Option<(Vec<u8>, u32)> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let rest = text.strip_suffix("\n}")?;
+    let at = rest.rfind(CHECKSUM_MEMBER)?;
+    let digits = &rest[at + CHECKSUM_MEMBER.len()..];
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let recorded = digits.parse().ok()?;
+    let mut body = rest.as_bytes()[..at].to_vec();
+    body.extend_from_slice(b"\n}");
+    Some((body, recorded))
 }
 
 #[cfg(test)]

@@ -1,15 +1,23 @@
 //! The IVF model shared by every segment of one index: the partition centroids (and, for
 //! IVF_PQ, the product-quantization codebooks), and its file encoding.
 //!
-//! File layout (little-endian): magic `FVIVF001`, then `u32` metric, dim, partitions, PQ
+//! File layout (little-endian): magic `FVIVF002`, then `u32` metric, dim, partitions, PQ
 //! sub-vectors (0 for IVF_FLAT), the centroids (`partitions × dim` f32), then for IVF_PQ the
-//! codebooks (`sub_vectors × 256 × dim/sub_vectors` f32). A file of the wrong size, magic or
-//! shape is refused when opened.
+//! codebooks (`sub_vectors × 256 × dim/sub_vectors` f32), then the `u32` CRC32C of every byte
+//! before it. A file of the wrong size, magic, shape or checksum is refused when opened: a
+//! flipped bit in a centroid would otherwise silently send queries to the wrong partitions
+//! and new rows into the wrong ones. Format 1 (`FVIVF001`, the same without the checksum) is
+//! still read, unverified.
 
 use super::distance::{Metric, l2_squared, metric_key};
 use super::kmeans;
+use crate::format::integrity::crc32c;
 
-const MAGIC: &[u8; 8] = b"FVIVF001";
+const MAGIC: &[u8; 8] = b"FVIVF002";
+/// Format 1, written before checksums: read unverified.
+const MAGIC_V1: &[u8; 8] = b"FVIVF001";
+/// Magic and the four header words.
+const HEADER: usize = 24;
 /// Codewords per PQ sub-quantizer (one byte per code).
 pub const PQ_CODES: usize = 256;
 
@@ -162,11 +170,37 @@ impl IvfModel {
                 out.extend_from_slice(&x.to_le_bytes());
             }
         }
+        let sum = crc32c(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
         out
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, String> {
-        if bytes.len() < 24 || &bytes[..8] != MAGIC {
+        let checked = match bytes.get(..8) {
+            Some(m) if m == MAGIC => true,
+            Some(m) if m == MAGIC_V1 => false,
+            _ => return Err("not a fragvec IVF model file".into()),
+        };
+        let bytes = if checked {
+            if bytes.len() < HEADER + 4 {
+                return Err(format!(
+                    "model file has {} bytes, too few for a header",
+                    bytes.len()
+                ));
+            }
+            let (body, tail) = bytes.split_at(bytes.len() - 4);
+            let recorded = u32::from_le_bytes(tail.try_into().expect("4 bytes"));
+            let found = crc32c(body);
+            if found != recorded {
+                return Err(format!(
+                    "model file: CRC32C is {found:#010x}, {recorded:#010x} was recorded"
+                ));
+            }
+            body
+        } else {
+            bytes
+        };
+        if bytes.len() < HEADER {
             return Err("not a fragvec IVF model file".into());
         }
         let word = |i: usize| {
@@ -189,7 +223,7 @@ impl IvfModel {
             .checked_mul(dim)
             .and_then(|c| c.checked_add(if sub_vectors > 0 { PQ_CODES * dim } else { 0 }))
             .and_then(|floats| floats.checked_mul(4))
-            .and_then(|b| b.checked_add(24));
+            .and_then(|b| b.checked_add(HEADER));
         if implied != Some(bytes.len()) {
             return Err(format!(
                 "model file has {} bytes, its header (dim {dim}, partitions {partitions}, \
@@ -198,7 +232,7 @@ impl IvfModel {
                 implied.map_or("more than fit in memory".to_string(), |n| n.to_string())
             ));
         }
-        let values: Vec<f32> = bytes[24..]
+        let values: Vec<f32> = bytes[HEADER..]
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
             .collect();
@@ -248,6 +282,11 @@ mod tests {
             assert!(IvfModel::decode(&bad).is_err());
             let mut bad = bytes.clone();
             bad[8] = 9; // metric tag
+            assert!(IvfModel::decode(&bad).unwrap_err().contains("CRC32C"));
+            // With a valid checksum the tag itself is refused.
+            let n = bad.len() - 4;
+            let sum = crc32c(&bad[..n]);
+            bad[n..].copy_from_slice(&sum.to_le_bytes());
             assert!(IvfModel::decode(&bad).unwrap_err().contains("metric"));
         }
     }
@@ -255,18 +294,65 @@ mod tests {
     #[test]
     fn huge_header_counts_are_refused_not_overflowed() {
         // dim = partitions = u32::MAX: `partitions × dim × 4` overflows usize.
-        let mut bytes = MAGIC.to_vec();
-        for w in [0u32, u32::MAX, u32::MAX, 0] {
-            bytes.extend_from_slice(&w.to_le_bytes());
+        for magic in [MAGIC, MAGIC_V1] {
+            let mut bytes = magic.to_vec();
+            for w in [0u32, u32::MAX, u32::MAX, 0] {
+                bytes.extend_from_slice(&w.to_le_bytes());
+            }
+            if magic == MAGIC {
+                let sum = crc32c(&bytes);
+                bytes.extend_from_slice(&sum.to_le_bytes());
+            }
+            let e = IvfModel::decode(&bytes).unwrap_err();
+            assert!(e.contains("more than fit in memory"), "{e}");
         }
-        let e = IvfModel::decode(&bytes).unwrap_err();
-        assert!(e.contains("more than fit in memory"), "{e}");
     }
 
-    /// A decoded model re-encodes to exactly its bytes, and its shape is consistent.
+    /// Every single flipped bit of a model file is refused: a damaged centroid would route
+    /// queries and new rows to the wrong partitions without any other sign.
+    #[test]
+    fn every_flipped_bit_is_refused() {
+        for pq in [false, true] {
+            let bytes = model(pq).encode();
+            for at in 0..bytes.len() {
+                for bit in [0, 3, 7] {
+                    let mut bad = bytes.clone();
+                    bad[at] ^= 1 << bit;
+                    assert!(IvfModel::decode(&bad).is_err(), "flip at {at} bit {bit}");
+                }
+            }
+            let e = IvfModel::decode(&{
+                let mut bad = bytes.clone();
+                bad[30] ^= 1;
+                bad
+            })
+            .unwrap_err();
+            assert!(e.contains("CRC32C"), "{e}");
+        }
+    }
+
+    /// Files written before checksums (format 1) still read.
+    #[test]
+    fn format_1_files_are_read_unverified() {
+        for pq in [false, true] {
+            let m = model(pq);
+            let v2 = m.encode();
+            let mut v1 = MAGIC_V1.to_vec();
+            v1.extend_from_slice(&v2[8..v2.len() - 4]);
+            assert_eq!(IvfModel::decode(&v1).unwrap(), m);
+        }
+    }
+
+    /// A decoded model re-encodes to exactly its bytes (format 1: the same bytes behind the
+    /// new magic, plus the checksum), and its shape is consistent.
     fn check_decoded(bytes: &[u8]) {
         if let Ok(m) = IvfModel::decode(bytes) {
-            assert_eq!(m.encode(), bytes);
+            let encoded = m.encode();
+            if bytes[..8] == MAGIC_V1[..] {
+                assert_eq!(&encoded[8..encoded.len() - 4], &bytes[8..]);
+            } else {
+                assert_eq!(encoded, bytes);
+            }
             assert_eq!(m.centroids.len(), m.partitions() * m.dim);
             if let Some(pq) = &m.pq {
                 assert_eq!(
@@ -279,14 +365,27 @@ mod tests {
 
     fn small_header() -> impl Strategy<Value = Vec<u8>> {
         // A header with small counts followed by some floats, so sizes sometimes match.
-        (0u32..4, 1u32..5, 1u32..4, 0u32..3, 0usize..2200).prop_map(|(m, d, p, s, n)| {
-            let mut b = MAGIC.to_vec();
-            for w in [m, d, p, s] {
-                b.extend_from_slice(&w.to_le_bytes());
-            }
-            b.extend((0..n * 4).map(|i| i as u8));
-            b
-        })
+        // With the current magic the checksum is appended, so the body is what is tested.
+        (
+            any::<bool>(),
+            (0u32..4, 1u32..5, 1u32..4, 0u32..3, 0usize..2200),
+        )
+            .prop_map(|(v1, (m, d, p, s, n))| {
+                let mut b = if v1 {
+                    MAGIC_V1.to_vec()
+                } else {
+                    MAGIC.to_vec()
+                };
+                for w in [m, d, p, s] {
+                    b.extend_from_slice(&w.to_le_bytes());
+                }
+                b.extend((0..n * 4).map(|i| i as u8));
+                if !v1 {
+                    let sum = crc32c(&b);
+                    b.extend_from_slice(&sum.to_le_bytes());
+                }
+                b
+            })
     }
 
     proptest! {
@@ -294,7 +393,11 @@ mod tests {
 
         #[test]
         fn prop_ivf_model_decode_never_panics_on_arbitrary_bytes(
-            bytes in prop_oneof![arbitrary_with_magic(MAGIC), small_header()],
+            bytes in prop_oneof![
+                arbitrary_with_magic(MAGIC),
+                arbitrary_with_magic(MAGIC_V1),
+                small_header()
+            ],
         ) {
             check_decoded(&bytes);
         }

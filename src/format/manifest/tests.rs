@@ -36,7 +36,8 @@ fn with_ledger(mapping: serde_json::Value) -> Vec<u8> {
 }
 
 /// Manifests written before checksums existed have no `footer`, `crc32c` or
-/// `removed_crc32c` fields and no `checksums` writer feature: they still read, unverified.
+/// `removed_crc32c` fields, no checksum of their own and no `checksums` writer feature: they
+/// still read, unverified.
 #[test]
 fn manifests_written_before_checksums_still_read() {
     let m = rich();
@@ -47,6 +48,7 @@ fn manifests_written_before_checksums_still_read() {
         f["deletion"].as_object_mut().unwrap().remove("crc32c");
     }
     v["writer_features"] = serde_json::json!(["deletion_files", "stable_row_ids", "vector_index"]);
+    v.as_object_mut().unwrap().remove("crc32c");
     let text = serde_json::to_string(&v).unwrap();
     assert!(!text.contains("footer") && !text.contains("crc32c"));
     let old = Manifest::decode(text.as_bytes(), "m", "t").unwrap();
@@ -244,6 +246,30 @@ fn valid_manifest() -> impl Strategy<Value = Vec<u8>> {
             serde_json::json!({"kind": "ordered_compaction", "removed": [null, null]})
         )),
     ]
+}
+
+/// Every flipped bit of a manifest is refused, or (inside the checksum member itself, whose
+/// damage leaves the rest intact) reads as the same manifest: a flip in a fragment list, a
+/// segment's fragment bitmap or a column name must never read as a different table.
+#[test]
+fn every_flipped_bit_of_a_manifest_is_refused_or_harmless() {
+    let m = rich();
+    let bytes = m.encode();
+    assert!(split_checksum(&bytes).is_some());
+    for at in 0..bytes.len() {
+        for bit in 0..8 {
+            let mut bad = bytes.clone();
+            bad[at] ^= 1 << bit;
+            if let Ok(read) = Manifest::decode(&bad, "m", "t") {
+                assert_eq!(read, m, "flip at {at} bit {bit} read as another manifest");
+            }
+        }
+    }
+    let mut bad = bytes.clone();
+    let digit = bad.iter().position(|b| *b == b'4').unwrap();
+    bad[digit] = b'5';
+    let e = Manifest::decode(&bad, "m", "t").unwrap_err().to_string();
+    assert!(e.contains("CRC32C"), "{e}");
 }
 
 #[test]
