@@ -212,7 +212,8 @@ pub async fn drop_tables(
         match session.database().drop_table(&table).await {
             Ok(()) => {}
             Err(FormatError::NotFound(_)) if if_exists => {}
-            Err(FormatError::NotFound(t)) => return plan_err!("table '{t}' does not exist"),
+            // DataFusion's words, which its users match on.
+            Err(FormatError::NotFound(t)) => return exec_err!("Table '{t}' doesn't exist."),
             Err(e) => return Err(e.into()),
         }
     }
