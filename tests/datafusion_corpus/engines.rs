@@ -271,15 +271,17 @@ fn cell(column: &ArrayRef, row: usize, spark: bool) -> Result<String, EngineErro
     Ok(match column.data_type() {
         DataType::Null => "NULL".into(),
         DataType::Boolean => column.as_boolean().value(row).to_string(),
-        DataType::Float16 => {
-            float_text(column.as_primitive::<Float16Type>().value(row).to_f64(), || {
+        DataType::Float16 => float_text(
+            column.as_primitive::<Float16Type>().value(row).to_f64(),
+            || {
                 column
                     .as_primitive::<Float16Type>()
                     .value(row)
                     .to_f32()
                     .to_string()
-            }, 12)
-        }
+            },
+            12,
+        ),
         DataType::Float32 => {
             let v = column.as_primitive::<Float32Type>().value(row);
             float_text(f64::from(v), || v.to_string(), 12)
@@ -294,12 +296,14 @@ fn cell(column: &ArrayRef, row: usize, spark: bool) -> Result<String, EngineErro
         DataType::Decimal64(_, scale) => {
             decimal_text::<Decimal64Type>(column.as_primitive::<Decimal64Type>().value(row), *scale)
         }
-        DataType::Decimal128(_, scale) => {
-            decimal_text::<Decimal128Type>(column.as_primitive::<Decimal128Type>().value(row), *scale)
-        }
-        DataType::Decimal256(_, scale) => {
-            decimal_text::<Decimal256Type>(column.as_primitive::<Decimal256Type>().value(row), *scale)
-        }
+        DataType::Decimal128(_, scale) => decimal_text::<Decimal128Type>(
+            column.as_primitive::<Decimal128Type>().value(row),
+            *scale,
+        ),
+        DataType::Decimal256(_, scale) => decimal_text::<Decimal256Type>(
+            column.as_primitive::<Decimal256Type>().value(row),
+            *scale,
+        ),
         DataType::Utf8 => varchar(column.as_string::<i32>().value(row)),
         DataType::LargeUtf8 => varchar(column.as_string::<i64>().value(row)),
         DataType::Utf8View => varchar(column.as_string_view().value(row)),
@@ -390,7 +394,11 @@ pub fn round_decimal(text: &str, digits: usize) -> String {
     let frac_digits: String = all[split..].iter().map(|d| char::from(b'0' + d)).collect();
     let int_digits = int_digits.trim_start_matches('0');
     let frac_digits = frac_digits.trim_end_matches('0');
-    let int_digits = if int_digits.is_empty() { "0" } else { int_digits };
+    let int_digits = if int_digits.is_empty() {
+        "0"
+    } else {
+        int_digits
+    };
     let mut out = String::new();
     if negative && (int_digits != "0" || !frac_digits.is_empty()) {
         out.push('-');
@@ -421,7 +429,9 @@ pub fn round_decimal_self_check() -> Result<(), String> {
     ] {
         let got = round_decimal(text, digits);
         if got != want {
-            return Err(format!("round_decimal({text}, {digits}) = {got}, expected {want}"));
+            return Err(format!(
+                "round_decimal({text}, {digits}) = {got}, expected {want}"
+            ));
         }
     }
     Ok(())

@@ -54,7 +54,8 @@ pub fn crate_dir(cache: &Path) -> Result<PathBuf, String> {
     std::fs::create_dir_all(cache.join("datafusion"))
         .map_err(|e| format!("creating {}: {e}", cache.display()))?;
     std::fs::rename(&unpacked, &dir).map_err(|e| format!("moving {}: {e}", dir.display()))?;
-    std::fs::write(&stamp, CRATE_SHA256).map_err(|e| format!("writing {}: {e}", stamp.display()))?;
+    std::fs::write(&stamp, CRATE_SHA256)
+        .map_err(|e| format!("writing {}: {e}", stamp.display()))?;
     Ok(dir)
 }
 
@@ -187,8 +188,14 @@ pub fn sha256_hex(data: &[u8]) -> String {
 /// Known answers of [`sha256_hex`] (FIPS 180-4 examples).
 pub fn sha256_self_check() -> Result<(), String> {
     for (input, want) in [
-        (&b""[..], "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"),
-        (&b"abc"[..], "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
+        (
+            &b""[..],
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        ),
+        (
+            &b"abc"[..],
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+        ),
     ] {
         let got = sha256_hex(input);
         if got != want {

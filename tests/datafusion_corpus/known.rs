@@ -95,7 +95,11 @@ impl KnownDifferences {
                 return Err(format!("{}:{}: {id} has no reason", path.display(), n + 1));
             }
             if entries.insert(id.to_string(), reason.to_string()).is_some() {
-                return Err(format!("{}:{}: {id} is listed twice", path.display(), n + 1));
+                return Err(format!(
+                    "{}:{}: {id} is listed twice",
+                    path.display(),
+                    n + 1
+                ));
             }
         }
         Ok(Self { header, entries })

@@ -76,7 +76,9 @@ fn main() {
 fn run_corpus() -> Result<(), Failed> {
     let manifest_dir = std::env::var("CARGO_MANIFEST_DIR")
         .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
-    let here = Path::new(&manifest_dir).join("tests").join("datafusion_corpus");
+    let here = Path::new(&manifest_dir)
+        .join("tests")
+        .join("datafusion_corpus");
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("datafusion-corpus");
     let crate_dir = match fetch::crate_dir(&cache) {
         Ok(dir) => dir,
@@ -149,7 +151,8 @@ fn run_corpus() -> Result<(), Failed> {
     slowest.sort_by(|a, b| b.cmp(a));
     let runs: BTreeMap<String, Result<Vec<RecordRun>, String>> =
         timed.into_iter().map(|(f, r, _)| (f, r)).collect();
-    let known = KnownDifferences::read(&here.join("known_differences.txt")).map_err(Failed::from)?;
+    let known =
+        KnownDifferences::read(&here.join("known_differences.txt")).map_err(Failed::from)?;
     let report = Report::of(&runs, &known);
     report.print(count, started.elapsed(), &cache);
     report
@@ -343,7 +346,10 @@ struct Report {
 }
 
 impl Report {
-    fn of(runs: &BTreeMap<String, Result<Vec<RecordRun>, String>>, known: &KnownDifferences) -> Self {
+    fn of(
+        runs: &BTreeMap<String, Result<Vec<RecordRun>, String>>,
+        known: &KnownDifferences,
+    ) -> Self {
         let mut report = Report {
             records: 0,
             datafusion_pass: 0,

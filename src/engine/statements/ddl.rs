@@ -197,11 +197,24 @@ pub async fn drop_tables(
     names: &[ObjectName],
     if_exists: bool,
 ) -> Result<Option<StatementResult>> {
+    let normalize = session
+        .ctx
+        .state_ref()
+        .read()
+        .config_options()
+        .sql_parser
+        .enable_ident_normalization;
     for name in names {
         let Some(ObjectNamePart::Identifier(ident)) = name.0.last() else {
             continue;
         };
-        let table = pin::normalize_ident(ident);
+        // As DataFusion: unquoted names are lower-cased unless
+        // `datafusion.sql_parser.enable_ident_normalization` is off.
+        let table = if normalize {
+            pin::normalize_ident(ident)
+        } else {
+            ident.value.clone()
+        };
         if session.schema.is_session_table(&table) {
             if names.len() == 1 {
                 return Ok(None);
