@@ -69,7 +69,7 @@ fn an_error_names_the_statement_and_fails_the_process() {
 #[test]
 fn bad_sql_is_a_parse_error_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
-    let (code, _, err) = fragvec(&dir.path().join("db"), &["-c", "SELEC 1"]);
+    let (code, _, err) = fragvec(dir.path().join("db"), &["-c", "SELEC 1"]);
     assert_eq!(code, 1);
     assert!(
         err.starts_with("error: statement 1:") && !err.contains("panicked"),
