@@ -71,7 +71,7 @@ impl FragvecSession {
             .config_options()
             .sql_parser
             .clone();
-        let dialect = dialect_from_str(&options.dialect).ok_or_else(|| {
+        let dialect = dialect_from_str(options.dialect).ok_or_else(|| {
             plan_datafusion_err!(
                 "Unsupported SQL dialect: {}. Available dialects: {}.",
                 options.dialect,
