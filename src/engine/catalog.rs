@@ -13,8 +13,9 @@ use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
 use datafusion::catalog::{SchemaProvider, TableProvider, view::ViewTable};
-use datafusion::common::{DataFusionError, Result, plan_err};
+use datafusion::common::{DFSchema, DataFusionError, Result, plan_err};
 use datafusion::execution::SessionState;
+use datafusion::logical_expr::Expr;
 
 pub use crate::sql::pin::RelationName;
 
@@ -124,11 +125,46 @@ impl FragvecSchema {
         } else {
             VirtualColumns::default()
         };
-        Ok(Arc::new(FragvecTable::new(
-            snapshot,
-            vc,
-            self.index_cache.clone(),
-        )))
+        let defaults = self.column_defaults(&snapshot)?;
+        Ok(Arc::new(
+            FragvecTable::new(snapshot, vc, self.index_cache.clone())
+                .with_column_defaults(defaults),
+        ))
+    }
+
+    /// The table's `DEFAULT` expressions, planned in the session's current state (they may
+    /// call functions: `now()`, ...). None without a session: such a table is read, not
+    /// inserted into.
+    fn column_defaults(
+        &self,
+        snapshot: &crate::format::Snapshot,
+    ) -> Result<HashMap<String, Expr>, FormatError> {
+        let recorded = &snapshot.manifest.properties.column_defaults;
+        if recorded.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let state = self
+            .state
+            .read()
+            .expect("lock")
+            .as_ref()
+            .and_then(|s| (s.0)());
+        let Some(state) = state else {
+            return Ok(HashMap::new());
+        };
+        let schema = DFSchema::try_from(snapshot.schema.as_ref().clone())
+            .map_err(|e| FormatError::invalid(e.to_string()))?;
+        recorded
+            .iter()
+            .map(|(column, sql)| {
+                state
+                    .create_logical_expr(sql, &schema)
+                    .map(|e| (column.clone(), e))
+                    .map_err(|e| {
+                        FormatError::invalid(format!("DEFAULT of column '{column}' ({sql}): {e}"))
+                    })
+            })
+            .collect()
     }
 }
 

@@ -1,5 +1,6 @@
 //! `FragvecTable`: a `TableProvider` over one table snapshot.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -7,7 +8,8 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{
-    Column, DFSchema, DataFusionError, Result, not_impl_datafusion_err, not_impl_err, plan_err,
+    Column, Constraint, Constraints, DFSchema, DataFusionError, Result, not_impl_datafusion_err,
+    not_impl_err, plan_err,
 };
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::utils::conjunction;
@@ -17,6 +19,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use super::scan::{FragmentScanExec, ROW_ADDR, ROW_ID, ScanSpec, VirtualColumns};
 use super::write::InsertExec;
 use crate::format::Snapshot;
+use crate::format::manifest::KeyConstraint;
 use crate::index::cache::IndexCache;
 
 #[derive(Debug)]
@@ -26,6 +29,10 @@ pub struct FragvecTable {
     /// Table columns followed by the virtual columns this provider exposes.
     schema: SchemaRef,
     index_cache: Arc<IndexCache>,
+    /// The table's `PRIMARY KEY` / `UNIQUE` constraints, for the planner.
+    constraints: Constraints,
+    /// `DEFAULT` expressions by column, planned by the catalog (see [`Self::with_column_defaults`]).
+    column_defaults: HashMap<String, Expr>,
 }
 
 impl FragvecTable {
@@ -47,12 +54,21 @@ impl FragvecTable {
             fields.push(Field::new(ROW_ID, DataType::UInt64, false));
         }
         let schema = Arc::new(Schema::new(fields));
+        let constraints = table_constraints(&snapshot.manifest.properties.constraints, &schema);
         Self {
             snapshot,
             virtual_columns,
             schema,
             index_cache,
+            constraints,
+            column_defaults: HashMap::new(),
         }
+    }
+
+    /// The planned `DEFAULT` expressions of the table's columns.
+    pub fn with_column_defaults(mut self, defaults: HashMap<String, Expr>) -> Self {
+        self.column_defaults = defaults;
+        self
     }
 
     pub fn snapshot(&self) -> &Snapshot {
@@ -152,6 +168,14 @@ impl TableProvider for FragvecTable {
         TableType::Base
     }
 
+    fn constraints(&self) -> Option<&Constraints> {
+        Some(&self.constraints)
+    }
+
+    fn get_column_default(&self, column: &str) -> Option<&Expr> {
+        self.column_defaults.get(column)
+    }
+
     fn supports_filters_pushdown(
         &self,
         filters: &[&Expr],
@@ -215,6 +239,27 @@ impl TableProvider for FragvecTable {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         Err(dml_through_front_end("UPDATE"))
     }
+}
+
+/// The recorded constraints as DataFusion's, by column index (a constraint naming a column
+/// the table no longer has is dropped rather than misapplied).
+fn table_constraints(recorded: &[KeyConstraint], schema: &Schema) -> Constraints {
+    let constraints = recorded
+        .iter()
+        .filter_map(|c| {
+            let indices = c
+                .columns
+                .iter()
+                .map(|name| schema.index_of(name).ok())
+                .collect::<Option<Vec<usize>>>()?;
+            Some(if c.primary_key {
+                Constraint::PrimaryKey(indices)
+            } else {
+                Constraint::Unique(indices)
+            })
+        })
+        .collect();
+    Constraints::new_unverified(constraints)
 }
 
 /// DataFusion 55 hands `delete_from`/`update` an empty filter list (meaning "all rows") for

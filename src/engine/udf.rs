@@ -6,6 +6,12 @@
 //! time), so no column is cast per row. NULL in gives NULL out, and so does a zero vector
 //! under `cosine_distance` (its angle is undefined). Vectors of different dimensions are an
 //! error naming both. Results are `Float32`.
+//!
+//! `cosine_distance` and `inner_product` (and their aliases) are also DataFusion built-ins over
+//! lists. When no argument is a `VECTOR(n)` (`FixedSizeList`), as in
+//! `cosine_distance([1.0, 2.0], [3.0, 4.0])` or over `List` columns, they are DataFusion's
+//! functions exactly: `Float64`, DataFusion's NULL rules and errors. fragvec's kernels
+//! (above) serve calls with a vector argument, which is what the KNN rule and indexes use.
 
 use std::sync::Arc;
 
@@ -101,6 +107,24 @@ impl DistanceUdf {
             aliases: kind.aliases().iter().map(|a| a.to_string()).collect(),
         }
     }
+
+    /// DataFusion's built-in of the same name, which calls without a `VECTOR(n)` argument get.
+    fn builtin(&self) -> Option<Arc<ScalarUDF>> {
+        use datafusion::functions_nested::{cosine_distance, inner_product};
+        match self.kind {
+            DistanceKind::Cosine => Some(cosine_distance::cosine_distance_udf()),
+            DistanceKind::InnerProduct => Some(inner_product::inner_product_udf()),
+            DistanceKind::L2 | DistanceKind::NegativeInnerProduct => None,
+        }
+    }
+
+    /// The built-in, when the call's arguments are DataFusion's (no fixed-size vector).
+    fn builtin_for(&self, arg_types: &[DataType]) -> Option<Arc<ScalarUDF>> {
+        if arg_types.iter().any(|t| fixed_dim(t).is_some()) {
+            return None;
+        }
+        self.builtin()
+    }
 }
 
 /// Registers the distance functions (replacing DataFusion's `cosine_distance` and
@@ -140,11 +164,17 @@ impl ScalarUDFImpl for DistanceUdf {
         &self.aliases
     }
 
-    fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        if let Some(builtin) = self.builtin_for(arg_types) {
+            return builtin.return_type(arg_types);
+        }
         Ok(DataType::Float32)
     }
 
     fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        if let Some(builtin) = self.builtin_for(arg_types) {
+            return builtin.coerce_types(arg_types);
+        }
         let [a, b] = arg_types else {
             return plan_err!(
                 "{} takes two vectors, got {} arguments",
@@ -168,6 +198,10 @@ impl ScalarUDFImpl for DistanceUdf {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let types: Vec<DataType> = args.args.iter().map(|a| a.data_type()).collect();
+        if let Some(builtin) = self.builtin_for(&types) {
+            return builtin.invoke_with_args(args);
+        }
         let [a, b] = args.args.as_slice() else {
             return internal_err!("{}: two arguments expected", self.name());
         };

@@ -92,6 +92,22 @@ pub struct TableProperties {
     /// `CLUSTER BY` key (SQL expressions) a plain `RECLUSTER t` uses.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cluster_by: Vec<String>,
+    /// `PRIMARY KEY` / `UNIQUE` constraints, recorded as DataFusion records them: the
+    /// planner derives functional dependencies from them (a query may select a column that
+    /// depends on a grouped key); like DataFusion, fragvec does not enforce uniqueness.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub constraints: Vec<KeyConstraint>,
+    /// `DEFAULT` expressions of columns (SQL text, by column name), used by INSERTs that
+    /// leave the column out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub column_defaults: Vec<(String, String)>,
+}
+
+/// One `PRIMARY KEY (columns)` or `UNIQUE (columns)` constraint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyConstraint {
+    pub primary_key: bool,
+    pub columns: Vec<String>,
 }
 
 impl Default for TableProperties {
@@ -100,6 +116,8 @@ impl Default for TableProperties {
             stable_row_ids: false,
             max_rows_per_fragment: DEFAULT_MAX_ROWS_PER_FRAGMENT,
             cluster_by: vec![],
+            constraints: vec![],
+            column_defaults: vec![],
         }
     }
 }

@@ -155,12 +155,12 @@ impl Database {
     }
 
     pub fn table(&self, name: &str) -> Result<TableDir> {
-        validate_table_name(name)?;
+        let folder = folder_name(name)?;
         Ok(TableDir {
             store: self.store.clone(),
-            root: self.root.clone().join(name),
+            root: self.root.clone().join(folder.as_str()),
             name: name.to_string(),
-            local_dir: self.local_dir.as_ref().map(|d| Arc::new(d.join(name))),
+            local_dir: self.local_dir.as_ref().map(|d| Arc::new(d.join(&folder))),
             known: self.known.clone(),
             deletions: self.deletions.clone(),
             manifests: self.manifests.clone(),
@@ -178,9 +178,8 @@ impl Database {
         let candidates: Vec<TableDir> = listing
             .common_prefixes
             .iter()
-            .filter_map(|prefix| prefix.filename())
-            .filter(|name| validate_table_name(name).is_ok())
-            .map(|name| self.table(name))
+            .filter_map(|prefix| prefix.filename().and_then(name_of_folder))
+            .map(|name| self.table(&name))
             .collect::<Result<_>>()?;
         let checks: Vec<_> = candidates
             .iter()
@@ -339,20 +338,66 @@ pub async fn check_put_if_absent(
     }
 }
 
+/// Checks that `name` can name a table or view: 1 to 128 bytes, no control characters, and
+/// none of `@` and `#` (relation names use them for versions and virtual columns) or `/`.
+/// Any other name is stored (see [`folder_name`]): `foo.bar`, `_t`, `my table` included.
 pub fn validate_table_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 128
-        && name
+        && !name
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        && !name.starts_with('_');
+            .any(|c| c.is_control() || matches!(c, '@' | '#' | '/'));
     if ok {
         Ok(())
     } else {
         Err(FormatError::invalid(format!(
-            "invalid table name '{name}': use letters, digits, '_' and '-', not starting with '_'"
+            "invalid table name '{name}': use 1 to 128 bytes without '@', '#', '/' or control characters"
         )))
     }
+}
+
+/// Whether a name is stored as itself: letters, digits, `_` and `-`, not starting with `_`
+/// (names starting with `_` are the database's own: `_views`, probes).
+fn is_plain_name(name: &str) -> bool {
+    name.chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        && !name.starts_with('_')
+}
+
+/// The folder (or file stem) that stores table or view `name`: the name itself when it is
+/// plain, else `=` and the hex of its UTF-8 bytes (so names with `.`, spaces or a leading `_`
+/// cannot collide with plain names, the database's own folders, or each other).
+pub fn folder_name(name: &str) -> Result<String> {
+    validate_table_name(name)?;
+    if is_plain_name(name) {
+        return Ok(name.to_string());
+    }
+    Ok(std::iter::once("=".to_string())
+        .chain(name.bytes().map(|b| format!("{b:02x}")))
+        .collect())
+}
+
+/// The table or view name a folder stores, if it stores one (see [`folder_name`]).
+pub fn name_of_folder(folder: &str) -> Option<String> {
+    let name = match folder.strip_prefix('=') {
+        Some(hex) => {
+            if hex.len() % 2 != 0 {
+                return None;
+            }
+            let bytes = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+                .collect::<Option<Vec<u8>>>()?;
+            let name = String::from_utf8(bytes).ok()?;
+            if is_plain_name(&name) {
+                return None; // not how folder_name stores it
+            }
+            name
+        }
+        None if is_plain_name(folder) => folder.to_string(),
+        None => return None,
+    };
+    validate_table_name(&name).ok().map(|_| name)
 }
 
 /// A random 128-bit hex tag for file names and transactions.

@@ -3,7 +3,7 @@
 //! database sees it. A view is only text: it is planned afresh each time a query uses it, so
 //! it reads the tables' latest versions then (never the versions of its creation).
 //!
-//! Names follow the table rules ([`validate_table_name`]); a view and a table never share a
+//! Names follow the table rules ([`folder_name`]); a view and a table never share a
 //! name (the engine checks before creating either). Creating an existing view is refused
 //! unless replacing, with a create-if-absent put, so two sessions racing to create one view
 //! cannot both succeed.
@@ -15,24 +15,25 @@ use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
 use super::error::{FormatError, Result};
-use super::store::{Database, validate_table_name};
+use super::store::{Database, folder_name, name_of_folder};
 
 const VIEWS_DIR: &str = "_views";
 const VIEW_SUFFIX: &str = ".sql";
 
 impl Database {
-    fn view_path(&self, name: &str) -> Path {
-        self.root()
+    fn view_path(&self, name: &str) -> Result<Path> {
+        let stem = folder_name(name)?;
+        Ok(self
+            .root()
             .clone()
             .join(VIEWS_DIR)
-            .join(format!("{name}{VIEW_SUFFIX}"))
+            .join(format!("{stem}{VIEW_SUFFIX}")))
     }
 
     /// Stores view `name` with its query text. Fails with `AlreadyExists` when a view of that
     /// name exists and `replace` is false.
     pub async fn create_view(&self, name: &str, query: &str, replace: bool) -> Result<()> {
-        validate_table_name(name)?;
-        let path = self.view_path(name);
+        let path = self.view_path(name)?;
         let mode = if replace {
             PutMode::Overwrite
         } else {
@@ -58,8 +59,7 @@ impl Database {
     /// Removes view `name` (nothing happens if there is none; callers that must report a
     /// missing view check with [`Database::read_view`] first).
     pub async fn drop_view(&self, name: &str) -> Result<()> {
-        validate_table_name(name)?;
-        let path = self.view_path(name);
+        let path = self.view_path(name)?;
         match self.store().delete(&path).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(FormatError::store(&path, e)),
@@ -68,8 +68,7 @@ impl Database {
 
     /// The query text of view `name`, if there is one (one read).
     pub async fn read_view(&self, name: &str) -> Result<Option<String>> {
-        validate_table_name(name)?;
-        let path = self.view_path(name);
+        let path = self.view_path(name)?;
         let bytes = match self.store().get(&path).await {
             Ok(r) => r.bytes().await.map_err(|e| FormatError::store(&path, e))?,
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
@@ -91,9 +90,7 @@ impl Database {
             .map_err(|e| FormatError::store(&dir, e))?;
         Ok(objects
             .iter()
-            .filter_map(|o| o.location.filename()?.strip_suffix(VIEW_SUFFIX))
-            .filter(|name| validate_table_name(name).is_ok())
-            .map(str::to_string)
+            .filter_map(|o| name_of_folder(o.location.filename()?.strip_suffix(VIEW_SUFFIX)?))
             .collect())
     }
 }

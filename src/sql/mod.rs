@@ -13,4 +13,6 @@ pub mod pin;
 pub mod vector_params;
 pub mod vector_syntax;
 
-pub use parser::{FragvecStatement, OptimizeAction, parse_expr, parse_statements};
+pub use parser::{
+    FragvecStatement, OptimizeAction, parse_expr, parse_statements, parse_statements_in,
+};

@@ -10,7 +10,7 @@
 use datafusion::common::{DataFusionError, Result, plan_datafusion_err, plan_err};
 use datafusion::sql::parser::{CopyToSource, DFParserBuilder, Statement as DFStatement};
 use datafusion::sql::sqlparser::ast::Expr;
-use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::dialect::{Dialect, GenericDialect};
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer, Word};
@@ -75,16 +75,31 @@ pub enum OptimizeAction {
     Retrain,
 }
 
-/// Parses a string of `;`-separated statements.
+/// Parses a string of `;`-separated statements in DataFusion's default (generic) dialect.
 pub fn parse_statements(sql: &str) -> Result<Vec<FragvecStatement>> {
-    let dialect = GenericDialect {};
-    let tokens = Tokenizer::new(&dialect, sql)
+    parse_statements_in(sql, &GenericDialect {}, DEFAULT_RECURSION_LIMIT)
+}
+
+/// How deeply nested an expression may be when no session says otherwise (DataFusion's
+/// default `datafusion.sql_parser.recursion_limit`).
+pub const DEFAULT_RECURSION_LIMIT: usize = 50;
+
+/// Parses a string of `;`-separated statements in `dialect` (a session's
+/// `datafusion.sql_parser.dialect`: lambdas, DuckDB's `STRUCT(...)`, Postgres' `#` and `^`,
+/// MySQL's intervals, `1_000` all depend on it), nesting at most `recursion_limit` deep.
+pub fn parse_statements_in(
+    sql: &str,
+    dialect: &dyn Dialect,
+    recursion_limit: usize,
+) -> Result<Vec<FragvecStatement>> {
+    let tokens = Tokenizer::new(dialect, sql)
         .tokenize_with_location()
         .map_err(|e| DataFusionError::SQL(Box::new(e.into()), None))?;
     let tokens = rewrite_version_as_of(tokens)?;
     let tokens = vector_syntax::join_vector_operators(tokens);
     let mut parser = DFParserBuilder::new(tokens)
-        .with_dialect(&dialect)
+        .with_dialect(dialect)
+        .with_recursion_limit(recursion_limit)
         .build()?;
     let mut out = Vec::new();
     loop {

@@ -87,12 +87,15 @@ pub fn join_vector_operators(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     let mut out: Vec<TokenWithSpan> = Vec::with_capacity(tokens.len());
     let mut i = 0;
     while i < tokens.len() {
+        // (operator, tokens it spans): dialects with geometric types (PostgreSQL) read
+        // `<->` as one token.
         let op = match (&tokens[i].token, tokens.get(i + 1).map(|t| &t.token)) {
-            (Token::Lt, Some(Token::Arrow)) => Some("<->"),
-            (Token::Lt, Some(Token::HashArrow)) => Some("<#>"),
+            (Token::Lt, Some(Token::Arrow)) => Some(("<->", 2)),
+            (Token::Lt, Some(Token::HashArrow)) => Some(("<#>", 2)),
+            (Token::TwoWayArrow, _) => Some(("<->", 1)),
             _ => None,
         };
-        let Some(op) = op else {
+        let Some((op, width)) = op else {
             out.push(tokens[i].clone());
             i += 1;
             continue;
@@ -112,7 +115,7 @@ pub fn join_vector_operators(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
             out.push(operator);
             out.push(token(Token::RParen));
         }
-        i += 2;
+        i += width;
     }
     out
 }

@@ -22,18 +22,19 @@ pub mod query;
 pub mod rewrite;
 pub mod views;
 
-use datafusion::common::{DataFusionError, Result, plan_err};
+use datafusion::common::{DataFusionError, Result, plan_datafusion_err, plan_err};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
+use datafusion::sql::sqlparser::dialect::dialect_from_str;
 
 use super::session::{FragvecSession, StatementResult};
-use crate::sql::{FragvecStatement, parse_statements};
+use crate::sql::{FragvecStatement, parse_statements_in};
 
 impl FragvecSession {
     /// Runs every statement in `sql`, in order, and returns their results. Stops at the first
     /// error, which names the statement's position when there are several.
     pub async fn sql(&self, sql: &str) -> Result<Vec<StatementResult>> {
-        let statements = parse_statements(sql)?;
+        let statements = self.parse(sql)?;
         let many = statements.len() > 1;
         let mut results = Vec::with_capacity(statements.len());
         for (i, statement) in statements.into_iter().enumerate() {
@@ -53,11 +54,31 @@ impl FragvecSession {
 
     /// Runs one statement of `sql` and returns its result.
     pub async fn sql_one(&self, sql: &str) -> Result<StatementResult> {
-        let mut statements = parse_statements(sql)?;
+        let mut statements = self.parse(sql)?;
         if statements.len() != 1 {
             return plan_err!("expected one statement, found {}", statements.len());
         }
         self.execute(statements.remove(0)).await
+    }
+
+    /// Parses `sql` in the session's dialect (`SET datafusion.sql_parser.dialect = ...`), as
+    /// DataFusion's own `SessionContext::sql` does.
+    pub fn parse(&self, sql: &str) -> Result<Vec<FragvecStatement>> {
+        let options = self
+            .ctx
+            .state_ref()
+            .read()
+            .config_options()
+            .sql_parser
+            .clone();
+        let dialect = dialect_from_str(options.dialect).ok_or_else(|| {
+            plan_datafusion_err!(
+                "Unsupported SQL dialect: {}. Available dialects: {}.",
+                options.dialect,
+                datafusion::config::Dialect::available()
+            )
+        })?;
+        parse_statements_in(sql, dialect.as_ref(), options.recursion_limit.get())
     }
 
     /// Runs one statement. fragvec's own statements (index, COMPACT, RECLUSTER, VACUUM) read

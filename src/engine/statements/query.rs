@@ -326,8 +326,13 @@ async fn execute_plan(
         Some(state) => DataFrame::new(state, plan),
         None => session.ctx.execute_logical_plan(plan).await?,
     };
-    let schema = Arc::new(df.schema().as_arrow().clone());
-    let batches = df.collect().await?;
+    // The physical plan's schema, as DataFusion reports it: the logical one can still say
+    // `Null` or the first input's type where type coercion settled on another (`SELECT NULL
+    // ... UNION ALL SELECT 11`, a UNION of Int64 and Utf8 columns).
+    let task_ctx = Arc::new(df.task_ctx());
+    let physical = df.create_physical_plan().await?;
+    let schema = physical.schema();
+    let batches = datafusion::physical_plan::collect(physical, task_ctx).await?;
     let mut result = StatementResult::rows(schema, batches);
     if is_insert {
         result.rows_affected = Some(count_of(&result));
@@ -382,4 +387,38 @@ fn vector_params_values(vectors: Vec<Vec<f64>>) -> Vec<ScalarValue> {
             ScalarValue::List(Arc::new(list))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::datatypes::DataType;
+
+    use crate::FragvecSession;
+
+    /// A result's schema is the executed plan's, after type coercion (the logical plan of
+    /// a UNION still has its first input's types: `Null`, `Int64`).
+    #[tokio::test]
+    async fn result_schema_is_the_executed_plans() {
+        let s = FragvecSession::open("memory://result-schema-test")
+            .await
+            .unwrap();
+        let r = s
+            .sql_one("SELECT NULL AS a UNION ALL SELECT 11")
+            .await
+            .unwrap();
+        assert_eq!(r.schema.field(0).data_type(), &DataType::Int64);
+        s.sql_one("CREATE TABLE u_int AS VALUES (1)").await.unwrap();
+        s.sql_one("CREATE TABLE u_str AS VALUES ('x')")
+            .await
+            .unwrap();
+        let r = s
+            .sql_one("SELECT column1 FROM u_int UNION ALL SELECT column1 FROM u_str")
+            .await
+            .unwrap();
+        assert!(matches!(
+            r.schema.field(0).data_type(),
+            DataType::Utf8 | DataType::Utf8View
+        ));
+        assert!(r.batches.iter().all(|b| b.schema() == r.schema));
+    }
 }
