@@ -8,6 +8,19 @@ use datafusion::common::{DataFusionError, config_err, config_field, extensions_o
 
 pub use crate::format::changes::UpdateMode;
 
+use crate::format::progress::Progress;
+use datafusion::prelude::SessionConfig;
+
+/// The progress handle kept in a session's configuration (none when not set). Here, not in
+/// `session`, so that the operators reporting progress (`write`, `recluster`) need not
+/// import the session module that imports them.
+pub fn progress_of(config: &SessionConfig) -> Progress {
+    config
+        .get_extension::<Progress>()
+        .map(|p| p.as_ref().clone())
+        .unwrap_or_default()
+}
+
 impl FromStr for UpdateMode {
     type Err = DataFusionError;
 

@@ -219,7 +219,7 @@ pub async fn run_recluster(
             }
         }
     }
-    let progress = super::session::progress_of(state.config());
+    let progress = super::options::progress_of(state.config());
     let (_, m) = recluster(snapshot, &spec, &progress).await?;
     super::maintenance::u64_row(&[
         ("rows_rewritten", m.rows_rewritten),

@@ -48,13 +48,7 @@ pub use super::error::is_retryable;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CoordinatorOnly;
 
-/// The progress handle kept in a session's configuration (none when not set).
-pub fn progress_of(config: &SessionConfig) -> Progress {
-    config
-        .get_extension::<Progress>()
-        .map(|p| p.as_ref().clone())
-        .unwrap_or_default()
-}
+pub use super::options::progress_of;
 
 /// What one statement produced.
 #[derive(Debug, Clone)]

@@ -200,7 +200,7 @@ impl ExecutionPlan for InsertExec {
             .map(|p| self.input.execute(p, context.clone()))
             .collect::<Result<Vec<_>>>()?;
         let snapshot = self.snapshot.clone();
-        let progress = super::session::progress_of(context.session_config());
+        let progress = super::options::progress_of(context.session_config());
         let work = async move { count_batch(append_streams(&snapshot, streams, &progress).await?) };
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             count_schema(),
