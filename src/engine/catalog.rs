@@ -90,14 +90,18 @@ impl FragvecSchema {
         self.views.read().expect("lock").contains(name)
     }
 
-    /// Plans view `name` from its stored text, reading the tables' latest versions.
-    async fn open_view(&self, name: &str, query: String) -> Result<Arc<dyn TableProvider>> {
-        let state = self
-            .state
+    /// The session's current state, if the session still exists.
+    fn session_state(&self) -> Option<SessionState> {
+        self.state
             .read()
             .expect("lock")
             .as_ref()
-            .and_then(|s| (s.0)());
+            .and_then(|s| (s.0)())
+    }
+
+    /// Plans view `name` from its stored text, reading the tables' latest versions.
+    async fn open_view(&self, name: &str, query: String) -> Result<Arc<dyn TableProvider>> {
+        let state = self.session_state();
         let Some(state) = state else {
             return plan_err!("view '{name}' cannot be planned: the session has ended");
         };
@@ -143,12 +147,7 @@ impl FragvecSchema {
         if recorded.is_empty() {
             return Ok(HashMap::new());
         }
-        let state = self
-            .state
-            .read()
-            .expect("lock")
-            .as_ref()
-            .and_then(|s| (s.0)());
+        let state = self.session_state();
         let Some(state) = state else {
             return Ok(HashMap::new());
         };
