@@ -9,7 +9,8 @@ use std::fmt;
 ///
 /// Each variant says whose fault it is: the caller's input (`InvalidInput`, `NotFound`,
 /// `AlreadyExists`), a concurrent writer (`Conflict`, retryable), the bytes on disk
-/// (`Corrupt`, `UnknownFeature`), or the storage layer underneath (`ObjectStore`, `Parquet`, `Arrow`).
+/// (`Corrupt`, `UnknownFeature`), or the storage layer underneath (`ObjectStore`, `Parquet`,
+/// `Arrow`, `StorageType`).
 #[derive(Debug, thiserror::Error)]
 pub enum FormatError {
     #[error("table '{0}' does not exist")]
@@ -64,6 +65,16 @@ pub enum FormatError {
         #[source]
         source: std::io::Error,
     },
+    /// A column of a type Parquet cannot store as it is (see
+    /// [`crate::format::storage_types`]) could not be turned into its stored form or back: a
+    /// declared type too narrow for one batch (dictionary keys, run ends), or a type Parquet
+    /// cannot store at all (a union).
+    #[error("column '{column}' of type {data_type}: {reason}")]
+    StorageType {
+        column: String,
+        data_type: String,
+        reason: String,
+    },
     #[error("arrow error: {0}")]
     Arrow(#[from] datafusion::arrow::error::ArrowError),
     #[error("table '{table}': {source}")]
@@ -97,6 +108,17 @@ impl FormatError {
         FormatError::Ledger {
             table: table.to_string(),
             source,
+        }
+    }
+
+    pub(crate) fn storage_type(
+        field: &datafusion::arrow::datatypes::Field,
+        reason: impl fmt::Display,
+    ) -> Self {
+        FormatError::StorageType {
+            column: field.name().clone(),
+            data_type: field.data_type().to_string(),
+            reason: reason.to_string(),
         }
     }
 

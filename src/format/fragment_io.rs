@@ -6,6 +6,11 @@
 //! Every read goes through [`read_file`]: a file whose manifest entry records a footer
 //! checksum is read through the verifying range reader of [`super::integrity`], so a damaged
 //! page or footer is a `Corrupt` error naming the file before any value is decoded.
+//!
+//! Callers speak the table's declared (logical) types only: a column of a type Parquet cannot
+//! store is written as its storage type and turned back on read, here and nowhere else (see
+//! [`super::storage_types`]). Readers take no predicate and no Parquet statistic but the null
+//! counts of [`row_groups_with_nulls`], which every storage type keeps exact.
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
@@ -13,7 +18,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use bytes::Bytes;
 use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
-use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 // `ParquetObjectReader` is deprecated in parquet 59 in favour of hand-written readers; it is
 // still what DataFusion 55 itself builds on, and it does exactly the range reads we want.
 use datafusion::parquet::arrow::ArrowWriter;
@@ -39,6 +44,7 @@ use super::error::{FormatError, Result};
 use super::integrity::parquet_io::{PageChecksummer, VerifyingReader, format_error, load_verified};
 use super::integrity::units::{PAGE_CRC_KEY, UnitTable};
 use super::manifest::{DataFile, Fragment};
+use super::storage_types::{from_storage, storage_schema, storage_type, to_storage, unstorable};
 use super::store::{TableDir, random_tag};
 
 /// Rows per Parquet row group: small enough that a writer buffers tens of MB, not hundreds.
@@ -145,6 +151,8 @@ struct FileWriter {
     dir: Arc<TableDir>,
     relative: String,
     columns: Vec<String>,
+    /// The Parquet schema's Arrow form when some column is stored as another type.
+    storage: Option<SchemaRef>,
     writer: ArrowWriter<Vec<u8>>,
     object: BufWriter,
     checksums: PageChecksummer,
@@ -153,11 +161,18 @@ struct FileWriter {
 
 impl FileWriter {
     fn try_new(dir: &Arc<TableDir>, schema: &SchemaRef) -> Result<Self> {
+        // The writer panics on a type it cannot store at all: refuse it first.
+        for field in schema.fields() {
+            if let Some(reason) = unstorable(field.data_type()) {
+                return Err(FormatError::storage_type(field, reason));
+            }
+        }
+        let stored = storage_schema(schema);
         let relative = format!("data/{}.parquet", random_tag());
         let path = dir.path(&relative);
         let object = BufWriter::new(dir.store().clone(), path.clone());
         let writer =
-            ArrowWriter::try_new(Vec::new(), schema.clone(), Some(writer_properties(schema)))
+            ArrowWriter::try_new(Vec::new(), stored.clone(), Some(writer_properties(&stored)))
                 .map_err(|e| FormatError::Parquet {
                     path: path.to_string(),
                     source: e,
@@ -166,6 +181,7 @@ impl FileWriter {
             dir: dir.clone(),
             relative,
             columns: schema.fields().iter().map(|f| f.name().clone()).collect(),
+            storage: (!Arc::ptr_eq(&stored, schema)).then_some(stored),
             writer,
             object,
             checksums: PageChecksummer::new(path.as_ref()),
@@ -201,6 +217,14 @@ impl FileWriter {
     async fn write(&mut self, batch: &RecordBatch) -> Result<()> {
         self.rows += batch.num_rows() as u64;
         let before = self.writer.flushed_row_groups().len();
+        let stored;
+        let batch = match &self.storage {
+            None => batch,
+            Some(storage) => {
+                stored = stored_batch(batch, storage)?;
+                &stored
+            }
+        };
         self.writer.write(batch).map_err(|e| self.parquet_err(e))?;
         if self.writer.flushed_row_groups().len() != before {
             self.upload().await?;
@@ -247,6 +271,71 @@ impl FileWriter {
         };
         Ok((file, self.rows))
     }
+}
+
+/// `batch` (of the table's declared types) in its stored form, of schema `storage`.
+fn stored_batch(batch: &RecordBatch, storage: &SchemaRef) -> Result<RecordBatch> {
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(batch.schema().fields())
+        .map(|(c, f)| to_storage(c).map_err(|e| FormatError::storage_type(f, e)))
+        .collect::<Result<Vec<_>>>()?;
+    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    Ok(RecordBatch::try_new_with_options(
+        storage.clone(),
+        columns,
+        &options,
+    )?)
+}
+
+/// `batch`, read from the file at `path`, with each column turned into its declared type (the
+/// field of `declared` of the same name): a column holding neither its declared type nor its
+/// storage type is corrupt.
+fn declared_batch(batch: RecordBatch, declared: &[FieldRef], path: &str) -> Result<RecordBatch> {
+    let schema = batch.schema();
+    let same = |f: &FieldRef| declared.iter().find(|d| d.name() == f.name());
+    if schema
+        .fields()
+        .iter()
+        .all(|f| same(f).is_none_or(|d| d.data_type() == f.data_type()))
+    {
+        return Ok(batch);
+    }
+    let mut fields = Vec::with_capacity(batch.num_columns());
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (f, column) in schema.fields().iter().zip(batch.columns()) {
+        let Some(d) = same(f).filter(|d| d.data_type() != f.data_type()) else {
+            fields.push(f.clone());
+            columns.push(column.clone());
+            continue;
+        };
+        if f.data_type() != &storage_type(d.data_type()) {
+            return Err(FormatError::corrupt(
+                path,
+                format!(
+                    "column '{}' holds {}, the table declares {}",
+                    f.name(),
+                    f.data_type(),
+                    d.data_type()
+                ),
+            ));
+        }
+        let column = from_storage(column, d.data_type())
+            .map_err(|e| FormatError::storage_type(d, format!("reading {path}: {e}")))?;
+        fields.push(Arc::new(Field::new(
+            f.name(),
+            d.data_type().clone(),
+            f.is_nullable(),
+        )));
+        columns.push(column);
+    }
+    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    Ok(RecordBatch::try_new_with_options(
+        Arc::new(Schema::new(fields)),
+        columns,
+        &options,
+    )?)
 }
 
 /// Writes a stream of batches into fragments of at most `max_rows` rows each, in input order.
@@ -435,7 +524,7 @@ fn read_columns(
         return stream::iter(chunks.collect::<Vec<_>>()).boxed();
     }
     // Group the wanted columns by the file that holds them, keeping file order.
-    let mut per_file: Vec<(DataFile, Vec<String>)> = Vec::new();
+    let mut per_file: Vec<(DataFile, Vec<FieldRef>)> = Vec::new();
     for field in schema.fields() {
         let Some(file) = fragment.file_for_column(field.name()) else {
             let err = FormatError::corrupt(
@@ -445,8 +534,8 @@ fn read_columns(
             return stream::once(async move { Err(err) }).boxed();
         };
         match per_file.iter_mut().find(|(f, _)| f.path == file.path) {
-            Some((_, cols)) => cols.push(field.name().clone()),
-            None => per_file.push((file.clone(), vec![field.name().clone()])),
+            Some((_, cols)) => cols.push(field.clone()),
+            None => per_file.push((file.clone(), vec![field.clone()])),
         }
     }
     let expected_rows = fragment.physical_rows;
@@ -578,10 +667,11 @@ pub async fn row_groups_with_nulls(
     Ok(ranges)
 }
 
+/// Reads the `columns` (declared fields) of one data file, in the file's column order.
 fn read_file(
     dir: Arc<TableDir>,
     file: DataFile,
-    columns: Vec<String>,
+    columns: Vec<FieldRef>,
     batch_size: usize,
     expected_rows: u64,
     selection: Option<RowSelection>,
@@ -615,6 +705,7 @@ fn read_file(
         let indices = columns
             .iter()
             .map(|c| {
+                let c = c.name();
                 file_schema.index_of(c).map_err(|_| {
                     FormatError::corrupt(&path, format!("column '{c}' missing from the file"))
                 })
@@ -627,7 +718,10 @@ fn read_file(
         }
         let stream = builder.build().map_err(perr)?;
         let path_for_err = path.to_string();
-        Ok(stream.map_err(move |e| format_error(&path_for_err, e)))
+        Ok(stream.map(move |b| {
+            let b = b.map_err(|e| format_error(&path_for_err, e))?;
+            declared_batch(b, &columns, &path_for_err)
+        }))
     };
     stream::once(open).try_flatten().boxed()
 }

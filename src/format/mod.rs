@@ -12,6 +12,7 @@
 //! * [`changes`]: DELETE / UPDATE / MERGE row changes turned into a transaction;
 //! * [`views`]: views stored in the database; [`vacuum`]: removing unreferenced files; [`introspect`]: the table's state as batches;
 //! * [`types`]: the `VECTOR(n)` type; [`conform`]: batches conformed to a table schema;
+//!   [`storage_types`]: the types Parquet cannot store and what they are written as;
 //! * [`metered_store`]: a store wrapper counting requests and adding latency (benchmarks);
 //!   [`ranges`]: several ranges of one object read with few, concurrent requests;
 //! * [`progress`]: progress of long statements, reported to a sink the embedder provides;
@@ -37,6 +38,7 @@ pub mod progress;
 pub mod ranges;
 pub mod row_map_file;
 pub mod rowids;
+pub mod storage_types;
 pub mod store;
 pub mod types;
 pub mod vacuum;

@@ -405,3 +405,155 @@ async fn s3_with_conditional_puts_disabled_is_refused() {
         "{err}"
     );
 }
+
+/// Columns of types Parquet cannot store (an interval with nanoseconds, dictionaries of lists
+/// and of dictionaries, run-end encoding) are written as their storage types and read back as
+/// declared: whole, projected and reordered, by offsets, and from a column file.
+#[tokio::test]
+async fn unstorable_types_round_trip_through_fragments() {
+    use datafusion::arrow::array::{ArrayRef, IntervalMonthDayNanoArray, ListArray, StringArray};
+    use datafusion::arrow::compute::{cast, concat_batches};
+    use datafusion::arrow::datatypes::{Int32Type, IntervalMonthDayNano, IntervalUnit};
+    use datafusion::arrow::util::pretty::pretty_format_batches;
+    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use futures::TryStreamExt;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Database::open(tmp.path().to_str().unwrap()).await.unwrap();
+    let iv = |m, d, n| Some(IntervalMonthDayNano::new(m, d, n));
+    let ivs: ArrayRef = Arc::new(IntervalMonthDayNanoArray::from(vec![
+        iv(1, 2, 3),
+        None,
+        iv(-1, 0, i64::MAX),
+        iv(0, 0, 1),
+        None,
+    ]));
+    let lists: ArrayRef = Arc::new(ListArray::from_iter_primitive::<Int32Type, _, _>(vec![
+        Some(vec![Some(1), None]),
+        None,
+        Some(vec![]),
+        Some(vec![Some(1), None]),
+        Some(vec![Some(7)]),
+    ]));
+    let strings: ArrayRef = Arc::new(StringArray::from(vec![
+        Some("a"),
+        Some("a"),
+        None,
+        Some("b"),
+        Some("b"),
+    ]));
+    let dict = |k: DataType, v: &DataType| DataType::Dictionary(Box::new(k), Box::new(v.clone()));
+    let dict_of_lists = dict(DataType::Int16, lists.data_type());
+    let dict_in_dict = dict(DataType::Int32, &dict(DataType::UInt32, &DataType::Utf8));
+    let ree = DataType::RunEndEncoded(
+        Arc::new(Field::new("run_ends", DataType::Int32, false)),
+        Arc::new(Field::new("values", DataType::Utf8, true)),
+    );
+    let schema: SchemaRef = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("iv", DataType::Interval(IntervalUnit::MonthDayNano), true),
+        Field::new("dl", dict_of_lists.clone(), true),
+        Field::new("dd", dict_in_dict.clone(), true),
+        Field::new("r", ree.clone(), true),
+    ]));
+    let dl = crate::format::storage_types::from_storage(
+        &crate::format::storage_types::to_storage(&lists).unwrap(),
+        &dict_of_lists,
+    )
+    .unwrap();
+    let dd = cast(&cast(&strings, &dict(DataType::UInt32, &DataType::Utf8)).unwrap(), &dict_in_dict)
+        .unwrap();
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(0..5)),
+            ivs.clone(),
+            dl,
+            dd,
+            cast(&strings, &ree).unwrap(),
+        ],
+    )
+    .unwrap();
+    let snap = db
+        .create_table("odd", &schema, TableProperties::default())
+        .await
+        .unwrap();
+    let written = write_fragments(
+        &snap.dir,
+        &schema,
+        futures::stream::iter(vec![Ok(batch.slice(0, 2)), Ok(batch.slice(2, 3))]),
+        3,
+    )
+    .await
+    .unwrap();
+    assert_eq!(written.len(), 2);
+    // The file holds the storage types.
+    let path = tmp.path().join("odd").join(&written[0].files[0].path);
+    let stored = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
+        .unwrap()
+        .schema()
+        .clone();
+    assert!(matches!(stored.field(1).data_type(), DataType::Struct(_)));
+    assert_eq!(stored.field(4).data_type(), &DataType::Utf8);
+    let mut txn = Transaction::new(Operation::Append, snap.version());
+    txn.appends = written
+        .into_iter()
+        .map(|w| NewFragment {
+            written: w,
+            row_ids: NewRowIds::Fresh,
+        })
+        .collect();
+    let snap = commit(&snap.dir, &snap.manifest, &txn).await.unwrap();
+    let read = |schema: SchemaRef| {
+        let snap = snap.clone();
+        async move {
+            let mut all = Vec::new();
+            for f in &snap.manifest.fragments {
+                let b: Vec<RecordBatch> = read_fragment(snap.dir.clone(), f, schema.clone(), 2)
+                    .try_collect()
+                    .await
+                    .unwrap();
+                all.extend(b);
+            }
+            concat_batches(&schema, &all).unwrap()
+        }
+    };
+    let text = |b: &RecordBatch| pretty_format_batches(&[b.clone()]).unwrap().to_string();
+    let back = read(schema.clone()).await;
+    assert_eq!(back.schema(), schema);
+    assert_eq!(text(&back), text(&batch));
+    let projected: SchemaRef = Arc::new(schema.project(&[4, 1, 3]).unwrap());
+    let back = read(projected.clone()).await;
+    assert_eq!(back.schema(), projected);
+    assert_eq!(text(&back), text(&batch.project(&[4, 1, 3]).unwrap()));
+    // By offsets (the KNN path).
+    let second = &snap.manifest.fragments[1];
+    let rows: Vec<RecordBatch> = fragment_io::read_fragment_rows(
+        snap.dir.clone(),
+        second,
+        schema.clone(),
+        &[0, 2],
+    )
+    .try_collect()
+    .await
+    .unwrap();
+    let expected = concat_batches(&schema, &[batch.slice(2, 1), batch.slice(4, 1)]).unwrap();
+    assert_eq!(text(&concat_batches(&schema, &rows).unwrap()), text(&expected));
+    // A column file (UPDATE's in-place rewrite) holding the interval column.
+    let only_iv: SchemaRef = Arc::new(schema.project(&[1]).unwrap());
+    let replaced = RecordBatch::try_new(only_iv.clone(), vec![ivs.slice(2, 3)]).unwrap();
+    let (file, rows) = fragment_io::write_column_file(&snap.dir, vec![replaced.clone()], &only_iv)
+        .await
+        .unwrap();
+    assert_eq!(rows, 3);
+    let mut patched = second.clone();
+    patched.files[0].columns.retain(|c| c != "iv");
+    patched.files.push(file);
+    let back: Vec<RecordBatch> = read_fragment(snap.dir.clone(), &patched, schema.clone(), 8)
+        .try_collect()
+        .await
+        .unwrap();
+    let back = concat_batches(&schema, &back).unwrap();
+    assert_eq!(text(&back.project(&[1]).unwrap()), text(&replaced));
+    assert_eq!(text(&back.project(&[0, 2, 3, 4]).unwrap()), text(&batch.slice(2, 3).project(&[0, 2, 3, 4]).unwrap()));
+}
