@@ -532,20 +532,20 @@ async fn unstorable_types_round_trip_through_fragments() {
         snap.dir.clone(),
         second,
         schema.clone(),
-        &[0, 2],
+        &[1],
     )
     .try_collect()
     .await
     .unwrap();
-    let expected = concat_batches(&schema, &[batch.slice(2, 1), batch.slice(4, 1)]).unwrap();
+    let expected = batch.slice(4, 1);
     assert_eq!(text(&concat_batches(&schema, &rows).unwrap()), text(&expected));
     // A column file (UPDATE's in-place rewrite) holding the interval column.
     let only_iv: SchemaRef = Arc::new(schema.project(&[1]).unwrap());
-    let replaced = RecordBatch::try_new(only_iv.clone(), vec![ivs.slice(2, 3)]).unwrap();
+    let replaced = RecordBatch::try_new(only_iv.clone(), vec![ivs.slice(1, 2)]).unwrap();
     let (file, rows) = fragment_io::write_column_file(&snap.dir, vec![replaced.clone()], &only_iv)
         .await
         .unwrap();
-    assert_eq!(rows, 3);
+    assert_eq!(rows, 2);
     let mut patched = second.clone();
     patched.files[0].columns.retain(|c| c != "iv");
     patched.files.push(file);
@@ -555,5 +555,5 @@ async fn unstorable_types_round_trip_through_fragments() {
         .unwrap();
     let back = concat_batches(&schema, &back).unwrap();
     assert_eq!(text(&back.project(&[1]).unwrap()), text(&replaced));
-    assert_eq!(text(&back.project(&[0, 2, 3, 4]).unwrap()), text(&batch.slice(2, 3).project(&[0, 2, 3, 4]).unwrap()));
+    assert_eq!(text(&back.project(&[0, 2, 3, 4]).unwrap()), text(&batch.slice(3, 2).project(&[0, 2, 3, 4]).unwrap()));
 }
