@@ -1,11 +1,12 @@
 //! Column types Parquet cannot store as they are, and the storable types they are written as.
 //!
 //! A table's manifest keeps its declared (*logical*) Arrow schema. Parquet 59's `ArrowWriter`
-//! and reader do not round-trip every Arrow type: measured by `writer_rejects_exactly_the_mapped_types`
-//! in this module's tests,
-//! * `Interval(MonthDayNano)` makes the writer fail (Parquet's INTERVAL has milliseconds);
-//! * a dictionary whose values are not bytes or numbers (a nested dictionary, a list, a
-//!   struct, a view type, ...) fails to write or to read back;
+//! and reader do not round-trip every Arrow type (measured, not assumed, by the test
+//! `writer_rejects_exactly_the_mapped_types`):
+//! * `Interval(MonthDayNano)` makes the writer panic (Parquet's INTERVAL has milliseconds);
+//! * a dictionary whose values are not bytes, numbers, dates or times (a boolean, a nested
+//!   dictionary, a list, a struct, a view type, an interval, ...) fails to write or to read
+//!   back, some with a panic in the writer or the reader;
 //! * a run-end encoded column is written decoded and read back decoded.
 //!
 //! Such a column is written as its *storage type* ([`storage_type`]) and turned back into the
@@ -186,7 +187,11 @@ pub fn to_storage(array: &ArrayRef) -> Result<ArrayRef> {
         DataType::RunEndEncoded(_, values) => to_storage(&cast(array, values.data_type())?),
         DataType::Struct(_) => {
             let s = array.as_struct();
-            let columns = s.columns().iter().map(to_storage).collect::<Result<Vec<_>>>()?;
+            let columns = s
+                .columns()
+                .iter()
+                .map(to_storage)
+                .collect::<Result<Vec<_>>>()?;
             let fields = fields_of(&storage_type(dt))?;
             Ok(Arc::new(StructArray::try_new(
                 fields,
@@ -266,7 +271,9 @@ fn mismatch(stored: &DataType, logical: &DataType) -> ArrowError {
 fn fields_of(dt: &DataType) -> Result<Fields> {
     match dt {
         DataType::Struct(f) => Ok(f.clone()),
-        _ => Err(ArrowError::InvalidArgumentError(format!("{dt} is no struct"))),
+        _ => Err(ArrowError::InvalidArgumentError(format!(
+            "{dt} is no struct"
+        ))),
     }
 }
 
@@ -296,7 +303,11 @@ fn interval_from_struct(s: &StructArray) -> Result<ArrayRef> {
 fn decode_dictionary(array: &ArrayRef) -> Result<ArrayRef> {
     let dict = array.as_any_dictionary();
     let keys = cast(dict.keys(), &DataType::UInt64)?;
-    take(dict.values().as_ref(), keys.as_primitive::<UInt64Type>(), None)
+    take(
+        dict.values().as_ref(),
+        keys.as_primitive::<UInt64Type>(),
+        None,
+    )
 }
 
 /// `values` dictionary-encoded with keys of type `key`: one dictionary entry per distinct
@@ -347,7 +358,11 @@ fn retag(array: ArrayRef, logical: &DataType) -> Result<ArrayRef> {
     if array.data_type() == logical {
         return Ok(array);
     }
-    let data = array.to_data().into_builder().data_type(logical.clone()).build()?;
+    let data = array
+        .to_data()
+        .into_builder()
+        .data_type(logical.clone())
+        .build()?;
     Ok(make_array(data))
 }
 
@@ -357,7 +372,9 @@ fn child_field(dt: &DataType) -> Result<FieldRef> {
         | DataType::LargeList(f)
         | DataType::FixedSizeList(f, _)
         | DataType::Map(f, _) => Ok(f.clone()),
-        _ => Err(ArrowError::InvalidArgumentError(format!("{dt} has no child"))),
+        _ => Err(ArrowError::InvalidArgumentError(format!(
+            "{dt} has no child"
+        ))),
     }
 }
 

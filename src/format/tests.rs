@@ -461,8 +461,11 @@ async fn unstorable_types_round_trip_through_fragments() {
         &dict_of_lists,
     )
     .unwrap();
-    let dd = cast(&cast(&strings, &dict(DataType::UInt32, &DataType::Utf8)).unwrap(), &dict_in_dict)
-        .unwrap();
+    let dd = cast(
+        &cast(&strings, &dict(DataType::UInt32, &DataType::Utf8)).unwrap(),
+        &dict_in_dict,
+    )
+    .unwrap();
     let batch = RecordBatch::try_new(
         schema.clone(),
         vec![
@@ -528,17 +531,16 @@ async fn unstorable_types_round_trip_through_fragments() {
     assert_eq!(text(&back), text(&batch.project(&[4, 1, 3]).unwrap()));
     // By offsets (the KNN path).
     let second = &snap.manifest.fragments[1];
-    let rows: Vec<RecordBatch> = fragment_io::read_fragment_rows(
-        snap.dir.clone(),
-        second,
-        schema.clone(),
-        &[1],
-    )
-    .try_collect()
-    .await
-    .unwrap();
+    let rows: Vec<RecordBatch> =
+        fragment_io::read_fragment_rows(snap.dir.clone(), second, schema.clone(), &[1])
+            .try_collect()
+            .await
+            .unwrap();
     let expected = batch.slice(4, 1);
-    assert_eq!(text(&concat_batches(&schema, &rows).unwrap()), text(&expected));
+    assert_eq!(
+        text(&concat_batches(&schema, &rows).unwrap()),
+        text(&expected)
+    );
     // A column file (UPDATE's in-place rewrite) holding the interval column.
     let only_iv: SchemaRef = Arc::new(schema.project(&[1]).unwrap());
     let replaced = RecordBatch::try_new(only_iv.clone(), vec![ivs.slice(1, 2)]).unwrap();
@@ -555,5 +557,8 @@ async fn unstorable_types_round_trip_through_fragments() {
         .unwrap();
     let back = concat_batches(&schema, &back).unwrap();
     assert_eq!(text(&back.project(&[1]).unwrap()), text(&replaced));
-    assert_eq!(text(&back.project(&[0, 2, 3, 4]).unwrap()), text(&batch.slice(3, 2).project(&[0, 2, 3, 4]).unwrap()));
+    assert_eq!(
+        text(&back.project(&[0, 2, 3, 4]).unwrap()),
+        text(&batch.slice(3, 2).project(&[0, 2, 3, 4]).unwrap())
+    );
 }

@@ -30,7 +30,8 @@ fn through_parquet(array: &ArrayRef) -> std::result::Result<ArrayRef, String> {
         array.data_type().clone(),
         true,
     )]));
-    let batch = RecordBatch::try_new(schema.clone(), vec![array.clone()]).map_err(|e| e.to_string())?;
+    let batch =
+        RecordBatch::try_new(schema.clone(), vec![array.clone()]).map_err(|e| e.to_string())?;
     let written = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let mut writer = ArrowWriter::try_new(Vec::new(), schema, None)?;
         writer.write(&batch)?;
@@ -109,7 +110,12 @@ fn intervals() -> ArrayRef {
 }
 
 fn strings() -> ArrayRef {
-    Arc::new(StringArray::from(vec![Some("a"), None, Some("b"), Some("a")]))
+    Arc::new(StringArray::from(vec![
+        Some("a"),
+        None,
+        Some("b"),
+        Some("a"),
+    ]))
 }
 
 fn int_lists() -> ArrayRef {
@@ -166,7 +172,11 @@ fn samples() -> Vec<ArrayRef> {
         dictionary(i32s.clone(), DataType::Int16),
         by(Arc::new(Int64Array::from(vec![Some(1), None, Some(1)]))),
         by(Arc::new(UInt64Array::from(vec![Some(u64::MAX), None]))),
-        by(Arc::new(Float64Array::from(vec![Some(-0.0), Some(0.0), None]))),
+        by(Arc::new(Float64Array::from(vec![
+            Some(-0.0),
+            Some(0.0),
+            None,
+        ]))),
         by(cast_to(&i32s, DataType::Decimal128(10, 2))),
         by(Arc::new(Date32Array::from(vec![Some(1), None, Some(1)]))),
         by(cast_to(
@@ -224,7 +234,12 @@ fn samples_round_trip_through_parquet() {
         let empty = array.slice(0, 0);
         assert_eq!(seen(&mapped_round_trip(&empty)), seen(&empty));
         let tail = array.slice(1, array.len() - 1);
-        assert_eq!(seen(&mapped_round_trip(&tail)), seen(&tail), "{}", array.data_type());
+        assert_eq!(
+            seen(&mapped_round_trip(&tail)),
+            seen(&tail),
+            "{}",
+            array.data_type()
+        );
     }
 }
 
@@ -296,7 +311,10 @@ fn too_many_distinct_values_for_the_keys() {
     let values: ArrayRef = Arc::new(ListArray::from_iter_primitive::<Int32Type, _, _>(
         (0..200).map(|i| Some(vec![Some(i)])),
     ));
-    let dt = DataType::Dictionary(Box::new(DataType::Int8), Box::new(values.data_type().clone()));
+    let dt = DataType::Dictionary(
+        Box::new(DataType::Int8),
+        Box::new(values.data_type().clone()),
+    );
     let e = from_storage(&values, &dt).unwrap_err();
     assert!(e.to_string().contains("200 distinct values"), "{e}");
 }
@@ -308,7 +326,12 @@ fn unions_are_refused_before_the_writer_panics() {
         UnionMode::Sparse,
     );
     assert!(unstorable(&union).is_some());
-    assert!(unstorable(&DataType::List(Arc::new(Field::new_list_field(union, true)))).is_some());
+    assert!(
+        unstorable(&DataType::List(Arc::new(Field::new_list_field(
+            union, true
+        ))))
+        .is_some()
+    );
     assert!(unstorable(&DataType::Interval(IntervalUnit::MonthDayNano)).is_none());
 }
 
