@@ -521,7 +521,11 @@ async fn unstorable_types_round_trip_through_fragments() {
             concat_batches(&schema, &all).unwrap()
         }
     };
-    let text = |b: &RecordBatch| pretty_format_batches(std::slice::from_ref(b)).unwrap().to_string();
+    let text = |b: &RecordBatch| {
+        pretty_format_batches(std::slice::from_ref(b))
+            .unwrap()
+            .to_string()
+    };
     let back = read(schema.clone()).await;
     assert_eq!(back.schema(), schema);
     assert_eq!(text(&back), text(&batch));
