@@ -6,8 +6,9 @@
 //! above recomputes the distances from the rows' current vectors and orders them, so the
 //! answer is ordered exactly like `ORDER BY <distance> LIMIT k`.
 //!
-//! A thin operator: it evaluates the pushed-down WHERE filter into a row mask with a
-//! [`FragmentScanExec`], calls the index layer's one search entry point
+//! A thin operator: it evaluates the pushed-down WHERE filter into a row mask (over the
+//! filter's columns as the index cache keeps them decoded when they are small fixed-width
+//! ones, else with a [`FragmentScanExec`] over Parquet), calls the index layer's one search entry point
 //! ([`crate::index::knn::search`], which owns the ownership / deletion / mask rules, probing,
 //! re-ranking and brute force), reads the answer's rows, and reports the search's counters
 //! as metrics. One output partition; emission is final (all k rows at once).
@@ -22,10 +23,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
-use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type};
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{Result, internal_err};
+use datafusion::common::{Result, internal_datafusion_err, internal_err};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::utils::{collect_columns, reassign_expr_columns};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
@@ -39,10 +40,12 @@ use datafusion::physical_plan::{
     PlanProperties, ReplaceChildrenOptions, SendableRecordBatchStream, apply_expression_roots,
 };
 use futures::StreamExt;
-use roaring::RoaringTreemap;
+use roaring::{RoaringBitmap, RoaringTreemap};
 
 use super::options::FragvecOptions;
-use super::scan::{FragmentScanExec, ROW_ADDR, ROW_ID, ScanSpec, VirtualColumns};
+use super::scan::{
+    FragmentScanExec, ROW_ADDR, ROW_ID, ScanSpec, VirtualColumns, filter_fragment_rows,
+};
 use crate::format::index_meta::IndexDef;
 use crate::index::cache::IndexCache;
 use crate::index::distance::Metric;
@@ -371,30 +374,80 @@ impl KnnRun {
         Ok(batch)
     }
 
-    /// Addresses of the rows passing the WHERE filter.
+    /// Addresses of the rows passing the WHERE filter (deleted rows left out).
     async fn row_mask(&self) -> Result<RoaringTreemap> {
-        let mut scan = FragmentScanExec::new(self.filter_spec()?)?;
-        if let Some(share) = &self.share {
-            // Only the fragments holding the share's rows can hold its qualifying rows.
-            let fragments =
+        let spec = self.filter_spec()?;
+        // Only the fragments holding a share's rows can hold its qualifying rows.
+        let fragments = match &self.share {
+            Some(share) => Some(
                 knn::share_fragments(&self.scan.snapshot, self.index.as_ref(), share, &self.cache)
-                    .await?;
+                    .await?,
+            ),
+            None => None,
+        };
+        if let Some(mask) = self.row_mask_from_cache(&spec, fragments.as_ref()).await? {
+            return Ok(mask);
+        }
+        let mut scan = FragmentScanExec::new(spec)?;
+        if let Some(fragments) = fragments {
             scan = scan.with_fragments(fragments);
         }
         let mut stream = scan.execute(0, self.ctx.clone())?;
         let mut allowed = RoaringTreemap::new();
         while let Some(batch) = stream.next().await {
-            let batch = batch?;
-            allowed.extend(
-                batch
-                    .column(0)
-                    .as_primitive::<UInt64Type>()
-                    .values()
-                    .iter()
-                    .copied(),
-            );
+            extend_mask(&mut allowed, &batch?);
         }
         Ok(allowed)
+    }
+
+    /// [`Self::row_mask`] evaluated over whole columns the index cache keeps decoded (once per
+    /// session) instead of over Parquet pages: a filter on small fixed-width columns costs one
+    /// pass over arrays in memory per query. `None` when a filter column is not cacheable.
+    async fn row_mask_from_cache(
+        &self,
+        spec: &ScanSpec,
+        only: Option<&BTreeSet<u64>>,
+    ) -> Result<Option<RoaringTreemap>> {
+        let fetched = AtomicUsize::new(0);
+        let reader = RowReader {
+            snapshot: &spec.snapshot,
+            cache: &self.cache,
+            fragments_read: &fetched,
+        };
+        // A predicate on table columns alone is evaluated on them directly (the virtual
+        // columns come after them in `work_schema`, so its column indices hold) and its
+        // passing rows become one bitmap per fragment; one naming `_rowaddr` / `_rowid` goes
+        // through the scan's own row filter.
+        let table_columns_only = spec.predicate.iter().flat_map(collect_columns).all(|c| {
+            c.index() < spec.read_schema.fields().len()
+                && c.name() != ROW_ADDR
+                && c.name() != ROW_ID
+        });
+        let mut allowed = RoaringTreemap::new();
+        let mut bitmaps = Vec::new();
+        for fragment in &spec.snapshot.manifest.fragments {
+            if only.is_some_and(|ids| !ids.contains(&fragment.id)) {
+                continue;
+            }
+            let Some(columns) = reader.cached_columns(fragment, &spec.read_schema).await? else {
+                return Ok(None);
+            };
+            let deleted = spec.snapshot.dir.read_deletions(fragment).await?;
+            match (&spec.predicate, table_columns_only) {
+                (Some(predicate), true) => {
+                    let Ok(high) = u32::try_from(fragment.id) else {
+                        return Ok(None);
+                    };
+                    bitmaps.push((high, passing_rows(predicate, &columns, &deleted)?));
+                }
+                _ => extend_mask(
+                    &mut allowed,
+                    &filter_fragment_rows(spec, fragment, &deleted, 0, columns)?,
+                ),
+            }
+        }
+        allowed |= RoaringTreemap::from_bitmaps(bitmaps);
+        Ok(Some(allowed))
     }
 
     /// A scan of the snapshot reading only the filter's columns, producing `_rowaddr` of the
@@ -439,4 +492,41 @@ impl KnnRun {
             limit: None,
         })
     }
+}
+
+/// Adds the `_rowaddr` column of a mask scan's batch to `allowed`.
+fn extend_mask(allowed: &mut RoaringTreemap, batch: &RecordBatch) {
+    allowed.extend(
+        batch
+            .column(0)
+            .as_primitive::<UInt64Type>()
+            .values()
+            .iter()
+            .copied(),
+    );
+}
+
+/// Offsets of the rows of one fragment (`columns`: its table columns, every physical row)
+/// that pass `predicate` (a NULL is a no), deleted rows left out: the low halves of their row
+/// addresses.
+fn passing_rows(
+    predicate: &Arc<dyn PhysicalExpr>,
+    columns: &RecordBatch,
+    deleted: &RoaringBitmap,
+) -> Result<RoaringBitmap> {
+    let value = predicate
+        .evaluate(columns)?
+        .into_array(columns.num_rows())?;
+    let Some(passed) = value.as_boolean_opt() else {
+        return internal_err!("the filter returned {}", value.data_type());
+    };
+    let rows = passed
+        .values()
+        .set_indices()
+        .filter(|i| passed.is_valid(*i))
+        .map(|i| i as u32);
+    let mut rows = RoaringBitmap::from_sorted_iter(rows)
+        .map_err(|e| internal_datafusion_err!("filter rows out of order: {e}"))?;
+    rows -= deleted;
+    Ok(rows)
 }

@@ -316,7 +316,7 @@ async fn scan_fragment(
     while let Some(batch) = batches.next().await {
         let batch = batch?;
         let n = batch.num_rows();
-        let out = process_batch(spec, fragment, &deleted, offset, batch)?;
+        let out = filter_fragment_rows(spec, fragment, &deleted, offset, batch)?;
         offset += n as u64;
         if out.num_rows() > 0 && tx.send(Ok(out)).await.is_err() {
             return Ok(()); // the consumer went away (limit reached or query cancelled)
@@ -335,8 +335,9 @@ async fn scan_fragment(
     Ok(())
 }
 
-/// Adds virtual columns, drops deleted rows and rows failing the predicate, and projects.
-fn process_batch(
+/// Adds virtual columns, drops deleted rows and rows failing the predicate, and projects:
+/// `batch` holds `spec.read_schema`'s columns of the fragment's rows from `offset` on.
+pub(crate) fn filter_fragment_rows(
     spec: &ScanSpec,
     fragment: &Fragment,
     deleted: &RoaringBitmap,

@@ -78,6 +78,7 @@ impl ProductQuantizer {
         }
     }
 
+    #[inline]
     pub fn encode(&self, v: &[f32], out: &mut Vec<u8>) {
         let sub_dim = v.len() / self.sub_vectors;
         for m in 0..self.sub_vectors {
@@ -123,9 +124,12 @@ impl IvfModel {
         }
     }
 
-    /// The partition a (prepared) vector belongs to.
+    /// The partition a (prepared) vector belongs to: the same choice as a build makes (see
+    /// [`super::nearest`]); many vectors at once go through [`super::nearest::CentroidTable`].
     pub fn partition_of(&self, v: &[f32]) -> usize {
-        kmeans::nearest(&self.centroids, self.dim, v).0
+        let mut out = [(0u32, 0f32)];
+        super::nearest::CentroidTable::new(&self.centroids, self.dim).assign(v, &mut out);
+        out[0].0 as usize
     }
 
     /// Partitions in the order a query should probe them (nearest centroid first).

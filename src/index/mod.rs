@@ -1,8 +1,8 @@
 //! Vector indexes: distance kernels, k-means, IVF / PQ models, segment files, the index
 //! cache, segment ownership, the KNN search entry point, and index builds.
 //!
-//! * Pure arithmetic, no IO: [`distance`], [`kmeans`], [`ivf`], [`search`] (scoring one
-//!   partition under a row mask into a top-k).
+//! * Pure arithmetic, no IO: [`distance`], [`kmeans`], [`nearest`] (many rows to their
+//!   centroids), [`ivf`], [`search`] (scoring one partition under a row mask into a top-k).
 //! * Files: [`segment`] (the segment codec and its range reads), [`build`] (models and
 //!   segments written from a snapshot).
 //! * [`ownership`]: which current rows each segment may answer for.
@@ -25,6 +25,7 @@ pub mod introspect;
 pub mod ivf;
 pub mod kmeans;
 pub mod knn;
+pub mod nearest;
 pub mod optimize;
 pub mod ownership;
 pub mod search;

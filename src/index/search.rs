@@ -10,7 +10,7 @@ use std::collections::{BinaryHeap, HashMap, HashSet};
 
 use roaring::{RoaringBitmap, RoaringTreemap};
 
-use super::distance::{Metric, metric_key};
+use super::distance::{BATCH_ROWS, Metric, dot_rows, l2_squared_rows, metric_key};
 use super::ivf::PQ_CODES;
 use super::segment::Partition;
 use crate::ledger::ids::split_row_address;
@@ -175,6 +175,27 @@ pub fn score_flat(
     stats: &mut SearchStats,
 ) {
     stats.partitions_probed += 1;
+    if mask.is_none() && dim > 0 && dim == q.len() && matches!(metric, Metric::L2 | Metric::Dot) {
+        // The unfiltered fast path: keys of a batch of rows per kernel call (the same keys
+        // as `metric_key`: dot orders by the negated product).
+        let negate = metric == Metric::Dot;
+        let kernel = if negate { dot_rows } else { l2_squared_rows };
+        let mut keys = [0f32; BATCH_ROWS];
+        for (addrs, rows) in part
+            .addrs
+            .chunks(BATCH_ROWS)
+            .zip(part.vectors.chunks(BATCH_ROWS * dim))
+        {
+            let keys = &mut keys[..addrs.len().min(rows.len() / dim)];
+            kernel(q, rows, keys);
+            for (addr, key) in addrs.iter().zip(keys.iter()) {
+                let key = if negate { -*key } else { *key };
+                top.push(Candidate { key, addr: *addr });
+            }
+            stats.rows_scored += keys.len();
+        }
+        return;
+    }
     for (addr, v) in part.addrs.iter().zip(part.vectors.chunks_exact(dim)) {
         if let Some(m) = mask
             && !stats.count(m.verdict(*addr))

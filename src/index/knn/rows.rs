@@ -138,6 +138,34 @@ impl<'a> RowReader<'a> {
         Ok((fragment, offsets, batch))
     }
 
+    /// Every physical row of `schema`'s columns of `fragment`, from whole columns decoded once
+    /// per session and kept in the cache; `None` when a column is not a small fixed-width one
+    /// (see [`Self::column_is_cacheable`]), which the caller then reads from the file.
+    pub async fn cached_columns(
+        &self,
+        fragment: &Fragment,
+        schema: &SchemaRef,
+    ) -> Result<Option<RecordBatch>> {
+        let rows = fragment.physical_rows;
+        if !schema
+            .fields()
+            .iter()
+            .all(|f| self.column_is_cacheable(f.data_type(), rows))
+        {
+            return Ok(None);
+        }
+        let mut columns = Vec::with_capacity(schema.fields().len());
+        for field in schema.fields() {
+            columns.push(self.whole_column(fragment, field).await?);
+        }
+        let batch = RecordBatch::try_new_with_options(
+            schema.clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(rows as usize)),
+        )?;
+        Ok(Some(batch))
+    }
+
     /// Fixed-width columns whose decoded size is a small share of the cache budget.
     fn column_is_cacheable(&self, data_type: &DataType, rows: u64) -> bool {
         data_type

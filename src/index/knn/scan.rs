@@ -13,7 +13,7 @@ use std::ops::Range;
 
 use roaring::RoaringBitmap;
 
-use crate::index::distance::{Metric, dot, l2_squared};
+use crate::index::distance::{BATCH_ROWS, Metric, dot, dot_rows, l2_squared_rows};
 use crate::index::search::{Candidate, TopK};
 use crate::ledger::ids::row_address;
 
@@ -175,9 +175,27 @@ pub fn score_run(block: &RowBlock, run: Range<u32>, query: &Query, top: &mut Top
             }
         };
     }
+    // L2 and dot: keys of a batch of rows at a time (one kernel call per batch), then offered.
+    macro_rules! batched {
+        ($kernel:expr, $key_of:expr) => {{
+            let mut keys = [0f32; BATCH_ROWS];
+            for (b, batch) in values.chunks(BATCH_ROWS * dim).enumerate() {
+                let keys = &mut keys[..batch.len() / dim];
+                $kernel(q, batch, keys);
+                for (j, key) in keys.iter().enumerate() {
+                    let at = b * BATCH_ROWS + j;
+                    let key = match valid {
+                        Some(valid) if !valid[at] => f32::INFINITY,
+                        _ => $key_of(*key),
+                    };
+                    offer(key, local.start + at, top);
+                }
+            }
+        }};
+    }
     match query.metric {
-        Metric::L2 => each_row!(|v| l2_squared(q, v)),
-        Metric::Dot => each_row!(|v| -dot(q, v)),
+        Metric::L2 => batched!(l2_squared_rows, |k: f32| k),
+        Metric::Dot => batched!(dot_rows, |k: f32| -k),
         Metric::Cosine => {
             let qq = query.norm_squared;
             each_row!(|v| cosine_key(q, qq, v))
