@@ -414,21 +414,33 @@ impl KnnRun {
             cache: &self.cache,
             fragments_read: &fetched,
         };
+        let fragments: Vec<_> = spec
+            .snapshot
+            .manifest
+            .fragments
+            .iter()
+            .filter(|f| only.is_none_or(|ids| ids.contains(&f.id)))
+            .collect();
+        // Decided before any column is loaded, so a fragment that is not cacheable does not
+        // make the others' columns decoded here and then read again by the scan.
+        if !fragments
+            .iter()
+            .all(|f| reader.columns_cacheable(f, &spec.read_schema))
+        {
+            return Ok(None);
+        }
         // A predicate on table columns alone is evaluated on them directly (the virtual
         // columns come after them in `work_schema`, so its column indices hold) and its
         // passing rows become one bitmap per fragment; one naming `_rowaddr` / `_rowid` goes
         // through the scan's own row filter.
-        let table_columns_only = spec.predicate.iter().flat_map(collect_columns).all(|c| {
-            c.index() < spec.read_schema.fields().len()
-                && c.name() != ROW_ADDR
-                && c.name() != ROW_ID
-        });
+        let table_columns_only = spec
+            .predicate
+            .iter()
+            .flat_map(collect_columns)
+            .all(|c| c.index() < spec.read_schema.fields().len());
         let mut allowed = RoaringTreemap::new();
         let mut bitmaps = Vec::new();
-        for fragment in &spec.snapshot.manifest.fragments {
-            if only.is_some_and(|ids| !ids.contains(&fragment.id)) {
-                continue;
-            }
+        for fragment in fragments {
             let Some(columns) = reader.cached_columns(fragment, &spec.read_schema).await? else {
                 return Ok(None);
             };

@@ -147,11 +147,7 @@ impl<'a> RowReader<'a> {
         schema: &SchemaRef,
     ) -> Result<Option<RecordBatch>> {
         let rows = fragment.physical_rows;
-        if !schema
-            .fields()
-            .iter()
-            .all(|f| self.column_is_cacheable(f.data_type(), rows))
-        {
+        if !self.columns_cacheable(fragment, schema) {
             return Ok(None);
         }
         let mut columns = Vec::with_capacity(schema.fields().len());
@@ -164,6 +160,14 @@ impl<'a> RowReader<'a> {
             &RecordBatchOptions::new().with_row_count(Some(rows as usize)),
         )?;
         Ok(Some(batch))
+    }
+
+    /// Whether [`Self::cached_columns`] serves `schema`'s columns of `fragment` (no IO).
+    pub fn columns_cacheable(&self, fragment: &Fragment, schema: &SchemaRef) -> bool {
+        schema
+            .fields()
+            .iter()
+            .all(|f| self.column_is_cacheable(f.data_type(), fragment.physical_rows))
     }
 
     /// Fixed-width columns whose decoded size is a small share of the cache budget.
