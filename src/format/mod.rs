@@ -32,6 +32,7 @@ pub mod integrity;
 pub mod introspect;
 pub mod latest;
 pub mod ledger_io;
+mod local;
 pub mod manifest;
 pub mod metered_store;
 pub mod progress;

@@ -2,7 +2,8 @@
 //! cache, segment ownership, the KNN search entry point, and index builds.
 //!
 //! * Pure arithmetic, no IO: [`distance`], [`kmeans`], [`nearest`] (many rows to their
-//!   centroids), [`ivf`], [`search`] (scoring one partition under a row mask into a top-k).
+//!   centroids), [`ivf`], [`search`] (scoring partitions under a row mask into a top-k),
+//!   [`parallel`] (one query's scoring spread over the cores).
 //! * Files: [`segment`] (the segment codec and its range reads), [`build`] (models and
 //!   segments written from a snapshot).
 //! * [`ownership`]: which current rows each segment may answer for.
@@ -28,6 +29,7 @@ pub mod knn;
 pub mod nearest;
 pub mod optimize;
 pub mod ownership;
+pub mod parallel;
 pub mod search;
 pub mod segment;
 

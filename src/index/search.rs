@@ -7,11 +7,13 @@
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::sync::Arc;
 
 use roaring::{RoaringBitmap, RoaringTreemap};
 
 use super::distance::{BATCH_ROWS, Metric, dot_rows, l2_squared_rows, metric_key};
 use super::ivf::PQ_CODES;
+use super::parallel;
 use super::segment::Partition;
 use crate::ledger::ids::split_row_address;
 
@@ -208,6 +210,52 @@ pub fn score_flat(
         let key = metric_key(metric, q, v).unwrap_or(f32::INFINITY);
         top.push(Candidate { key, addr: *addr });
     }
+}
+
+/// Payload values (rows × row width) below which probed partitions are scored on the
+/// calling thread alone: starting a thread costs about as much as scoring this many.
+pub const PARALLEL_MIN_VALUES: usize = 1 << 18;
+
+/// Scores `parts` with `score` into one top-`keep`: on every core (contiguous runs of
+/// partitions of about equal rows, one local top-k each, merged) when they hold at least
+/// [`PARALLEL_MIN_VALUES`] payload values of `row_width`, else on the calling thread. The
+/// answer is the same either way: candidates are totally ordered by key, then address.
+pub fn score_partitions<F>(
+    parts: &[Arc<Partition>],
+    keep: usize,
+    row_width: usize,
+    score: F,
+) -> (TopK, SearchStats)
+where
+    F: Fn(&Partition, &mut TopK, &mut SearchStats) + Sync,
+{
+    let rows: Vec<usize> = parts.iter().map(|p| p.len()).collect();
+    let values = rows.iter().sum::<usize>().saturating_mul(row_width.max(1));
+    let threads = if values >= PARALLEL_MIN_VALUES {
+        parallel::cores()
+    } else {
+        1
+    };
+    let shares = parallel::balanced_ranges(&rows, threads);
+    let mut found = parallel::run_shares(&shares, |range| {
+        let mut top = TopK::new(keep);
+        let mut stats = SearchStats::default();
+        for part in &parts[range.clone()] {
+            score(part, &mut top, &mut stats);
+        }
+        (top, stats)
+    })
+    .into_iter();
+    let (mut top, mut stats) = found
+        .next()
+        .unwrap_or_else(|| (TopK::new(keep), SearchStats::default()));
+    for (other, s) in found {
+        stats.add(&s);
+        for c in other.into_sorted() {
+            top.push(c);
+        }
+    }
+    (top, stats)
 }
 
 /// Scores a PQ partition with a precomputed distance table (approximate keys).

@@ -369,7 +369,7 @@ fn score_runs(
 ) -> usize {
     let total: u64 = runs.iter().map(|(_, r)| r.len() as u64).sum();
     let threads = if total >= PARALLEL_SCORING_ROWS {
-        std::thread::available_parallelism().map_or(1, |p| p.get())
+        crate::index::parallel::cores()
     } else {
         1
     };
@@ -383,20 +383,7 @@ fn score_runs(
         (local, rows)
     };
     let parts: Vec<(TopK, usize)> = if threads > 1 {
-        let shares = split_runs(runs, threads);
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = shares
-                .iter()
-                .map(|share| {
-                    let score = &score;
-                    scope.spawn(move || score(share))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("scoring thread"))
-                .collect()
-        })
+        crate::index::parallel::run_shares(&split_runs(runs, threads), |share| score(share))
     } else {
         vec![score(runs)]
     };

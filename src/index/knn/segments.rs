@@ -2,6 +2,7 @@
 //! the fragments no segment owns, merged into one top-k.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use roaring::RoaringBitmap;
 
@@ -10,7 +11,10 @@ use crate::format::Fragment;
 use crate::format::index_meta::IndexDef;
 use crate::index::cache::Translation;
 use crate::index::error::{IndexError, Result};
-use crate::index::search::{Candidate, RowMask, SearchStats, TopK, score_flat, score_pq};
+use crate::index::search::{
+    Candidate, RowMask, SearchStats, TopK, score_flat, score_partitions, score_pq,
+};
+use crate::index::segment::Partition;
 use crate::ledger::Coverage;
 use crate::ledger::ids::split_row_address;
 
@@ -123,7 +127,7 @@ impl Searcher<'_> {
                 .map(|s| self.cache.segment_footer(dir, s, &model)),
         )
         .await?;
-        let mut prefetched: HashMap<u64, std::vec::IntoIter<_>> =
+        let mut prefetched: HashMap<u64, Vec<Arc<Partition>>> =
             futures::future::try_join_all(reading.iter().zip(&footers).map(|(segment, footer)| {
                 let translation = Translation {
                     view: &view,
@@ -147,7 +151,7 @@ impl Searcher<'_> {
                             .partitions(dir, &segment.file, footer, first, pq_width.is_some())
                             .await?
                     };
-                    Ok::<_, IndexError>((segment.id, parts.into_iter()))
+                    Ok::<_, IndexError>((segment.id, parts))
                 }
             }))
             .await?
@@ -176,17 +180,32 @@ impl Searcher<'_> {
                 continue;
             }
             let footer = footers.remove(&segment.id).expect("read above");
-            let mut first_parts = prefetched.remove(&segment.id).expect("read above");
-            let mut top = TopK::new(keep);
-            let mut stats = SearchStats::default();
-            let mut probed_parts = Vec::new();
-            for (probed, &p) in probe_order.iter().enumerate() {
-                if probed >= req.nprobes && top.is_full() {
+            let score = |part: &Partition, top: &mut TopK, stats: &mut SearchStats| match (
+                &table, pq_width,
+            ) {
+                (Some(t), Some(w)) => score_pq(part, w, t, mask.as_ref(), top, stats),
+                _ => score_flat(
+                    part,
+                    model.dim,
+                    req.vector,
+                    req.metric,
+                    mask.as_ref(),
+                    top,
+                    stats,
+                ),
+            };
+            // The first `nprobes` partitions are always scored: together, on every core
+            // when they are large enough.
+            let mut probed_parts = prefetched.remove(&segment.id).expect("read above");
+            let (mut top, mut stats) =
+                score_partitions(&probed_parts, keep, pq_width.unwrap_or(model.dim), score);
+            // Then further partitions, one at a time, only while fewer than `keep` rows
+            // were found.
+            for &p in probe_order.iter().skip(probed_parts.len()) {
+                if top.is_full() {
                     break;
                 }
-                let part = if let Some(part) = first_parts.next() {
-                    part
-                } else if translated {
+                let part = if translated {
                     self.cache
                         .translated_partition(
                             dir,
@@ -205,31 +224,21 @@ impl Searcher<'_> {
                         .partition(dir, &segment.file, &footer, p, pq_width.is_some())
                         .await?
                 };
-                probed_parts.push(part.clone());
-                match (&table, pq_width) {
-                    (Some(t), Some(w)) => {
-                        score_pq(&part, w, t, mask.as_ref(), &mut top, &mut stats)
-                    }
-                    _ => score_flat(
-                        &part,
-                        model.dim,
-                        req.vector,
-                        req.metric,
-                        mask.as_ref(),
-                        &mut top,
-                        &mut stats,
-                    ),
-                }
+                score(&part, &mut top, &mut stats);
+                probed_parts.push(part);
             }
             self.record(&stats);
             let local = top.into_sorted();
             if pq_width.is_none() {
                 // These rows passed this segment's mask, so its vectors are their current
                 // values: keep them, and the rows need not be read from Parquet again.
-                let wanted: HashSet<u64> = local.iter().map(|c| c.addr).collect();
+                // At most k winners: a sorted list searched by halving beats hashing every
+                // probed row's address.
+                let mut wanted: Vec<u64> = local.iter().map(|c| c.addr).collect();
+                wanted.sort_unstable();
                 for part in &probed_parts {
                     for (i, addr) in part.addrs.iter().enumerate() {
-                        if wanted.contains(addr) {
+                        if wanted.binary_search(addr).is_ok() {
                             let v = &part.vectors[i * model.dim..(i + 1) * model.dim];
                             vectors.insert(*addr, v.to_vec());
                         }
