@@ -45,13 +45,48 @@ pub struct CachedPlan {
     pub params: Vec<Vec<f64>>,
 }
 
+/// What running one statement text taught about every text of its shape (the same text
+/// outside its vector literals, see [`crate::sql::vector_shape`]): the cached plan that
+/// answers it while the conditions it was planned under still hold.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KnownShape {
+    /// The parser dialect the text was parsed in.
+    pub dialect: String,
+    /// `fragvec.*` options the plan was made under (`Debug` form, as in the plan key).
+    pub options: String,
+    /// Tables pinned to their newest version, with that version.
+    pub versions: Vec<(String, u64)>,
+    /// The [`PlanCache`] key of the plan.
+    pub plan_key: String,
+    /// Length of each vector literal, in text order.
+    pub lengths: Vec<usize>,
+    /// The parameter each vector literal is, in text order.
+    pub bindings: Vec<usize>,
+}
+
 #[derive(Debug, Default)]
 pub struct PlanCache {
     plans: Mutex<HashMap<String, CachedPlan>>,
+    shapes: Mutex<HashMap<String, KnownShape>>,
     reused: std::sync::atomic::AtomicU64,
+    shapes_reused: std::sync::atomic::AtomicU64,
 }
 
 impl PlanCache {
+    /// What is known of the statement texts of shape `text`.
+    pub fn shape(&self, text: &str) -> Option<KnownShape> {
+        self.shapes.lock().expect("shape cache").get(text).cloned()
+    }
+
+    /// Remembers a shape (bounded like the plans: past the bound the map starts over).
+    pub fn learn_shape(&self, text: String, shape: KnownShape) {
+        let mut shapes = self.shapes.lock().expect("shape cache");
+        if shapes.len() >= MAX_PLANS && !shapes.contains_key(&text) {
+            shapes.clear();
+        }
+        shapes.insert(text, shape);
+    }
+
     pub fn get(&self, key: &str) -> Option<CachedPlan> {
         self.plans.lock().expect("plan cache").get(key).cloned()
     }
@@ -60,6 +95,18 @@ impl PlanCache {
     pub fn note_reuse(&self) {
         self.reused
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Counts a query answered from its shape, without parsing.
+    pub fn note_shape_reuse(&self) {
+        self.shapes_reused
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How many queries were answered from their shape, without parsing.
+    pub fn shapes_reused(&self) -> u64 {
+        self.shapes_reused
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// How many queries ran on a reused plan.
@@ -84,6 +131,7 @@ impl PlanCache {
 
     pub fn clear(&self) {
         self.plans.lock().expect("plan cache").clear();
+        self.shapes.lock().expect("shape cache").clear();
     }
 }
 

@@ -198,6 +198,13 @@ impl FragvecSession {
         self.plans.reused()
     }
 
+    /// How many queries were answered on a kept plan without being parsed: a text of the
+    /// same shape as an earlier one (only its vector literals differ), see
+    /// `engine::statements::shapes`.
+    pub fn shapes_reused(&self) -> u64 {
+        self.plans.shapes_reused()
+    }
+
     /// The DataFusion context, for registering more functions or tables.
     pub fn context(&self) -> &SessionContext {
         &self.ctx
@@ -283,8 +290,10 @@ impl FragvecSession {
     }
 
     pub(super) fn options(&self) -> FragvecOptions {
+        // Read under the state's lock: `ctx.state()` would copy the whole session state.
         self.ctx
-            .state()
+            .state_ref()
+            .read()
             .config_options()
             .extensions
             .get::<FragvecOptions>()

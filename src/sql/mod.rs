@@ -11,6 +11,7 @@ pub mod knn_call;
 pub mod parser;
 pub mod pin;
 pub mod vector_params;
+pub mod vector_shape;
 pub mod vector_syntax;
 
 pub use parser::{

@@ -9,6 +9,7 @@
 //! * [`dml`]: DELETE / UPDATE / MERGE as finder queries, their EXPLAIN, and their retry;
 //! * [`query`]: everything DataFusion plans: pinning to table versions, `knn(...)` calls,
 //!   vector literals as parameters, and reuse of cached KNN plans;
+//! * [`shapes`]: a repeated KNN text answered on its kept plan without parsing;
 //! * [`index`]: CREATE VECTOR INDEX / DROP INDEX / OPTIMIZE INDEX, thin calls into
 //!   [`super::index_ops`];
 //! * [`views`]: CREATE VIEW / DROP VIEW, views stored in the database;
@@ -20,6 +21,7 @@ pub mod dml;
 pub mod index;
 pub mod query;
 pub mod rewrite;
+pub mod shapes;
 pub mod views;
 
 use datafusion::common::{DataFusionError, Result, plan_datafusion_err, plan_err};
@@ -34,7 +36,13 @@ impl FragvecSession {
     /// Runs every statement in `sql`, in order, and returns their results. Stops at the first
     /// error, which names the statement's position when there are several.
     pub async fn sql(&self, sql: &str) -> Result<Vec<StatementResult>> {
-        let statements = self.parse(sql)?;
+        if let Some(r) = shapes::run_known(self, sql).await? {
+            return Ok(vec![r]);
+        }
+        let mut statements = self.parse(sql)?;
+        if statements.len() == 1 {
+            return Ok(vec![self.run_learning(sql, statements.remove(0)).await?]);
+        }
         let many = statements.len() > 1;
         let mut results = Vec::with_capacity(statements.len());
         for (i, statement) in statements.into_iter().enumerate() {
@@ -54,11 +62,27 @@ impl FragvecSession {
 
     /// Runs one statement of `sql` and returns its result.
     pub async fn sql_one(&self, sql: &str) -> Result<StatementResult> {
+        if let Some(r) = shapes::run_known(self, sql).await? {
+            return Ok(r);
+        }
         let mut statements = self.parse(sql)?;
         if statements.len() != 1 {
             return plan_err!("expected one statement, found {}", statements.len());
         }
-        self.execute(statements.remove(0)).await
+        self.run_learning(sql, statements.remove(0)).await
+    }
+
+    /// Runs the one statement of `sql`, remembering its shape when it ran on a kept plan
+    /// (see [`shapes`]).
+    async fn run_learning(
+        &self,
+        sql: &str,
+        statement: FragvecStatement,
+    ) -> Result<StatementResult> {
+        let note = shapes::ShapeNote::default();
+        let result = self.execute_noting(statement, Some(&note)).await?;
+        shapes::remember(self, sql, note);
+        Ok(result)
     }
 
     /// Parses `sql` in the session's dialect (`SET datafusion.sql_parser.dialect = ...`), as
@@ -85,13 +109,22 @@ impl FragvecSession {
     /// the latest version and run again, like DML, when a concurrent commit made theirs
     /// impossible.
     pub async fn execute(&self, statement: FragvecStatement) -> Result<StatementResult> {
+        self.execute_noting(statement, None).await
+    }
+
+    /// [`Self::execute`], letting a query note what its shape may reuse.
+    async fn execute_noting(
+        &self,
+        statement: FragvecStatement,
+        note: Option<&shapes::ShapeNote>,
+    ) -> Result<StatementResult> {
         self.apply_version_check();
         if !reads_only(&statement) {
             // Anything else may change a table or how queries plan.
             self.plans.clear();
         }
         match statement {
-            FragvecStatement::DataFusion(s) => self.execute_datafusion(*s).await,
+            FragvecStatement::DataFusion(s) => self.execute_datafusion(*s, note).await,
             FragvecStatement::CreateVectorIndex {
                 name,
                 table,
@@ -145,7 +178,11 @@ impl FragvecSession {
 
     /// Routes a statement DataFusion parsed: fragvec runs those it intercepts on its own
     /// tables; DataFusion plans the rest (and those on session tables).
-    async fn execute_datafusion(&self, statement: DFStatement) -> Result<StatementResult> {
+    async fn execute_datafusion(
+        &self,
+        statement: DFStatement,
+        note: Option<&shapes::ShapeNote>,
+    ) -> Result<StatementResult> {
         let statement = match statement {
             DFStatement::Statement(s) => match *s {
                 Statement::CreateTable(create) => return ddl::create_table(self, create).await,
@@ -207,7 +244,7 @@ impl FragvecSession {
             }
             other => other,
         };
-        query::run(self, statement).await
+        query::run(self, statement, note).await
     }
 }
 

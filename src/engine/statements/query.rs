@@ -24,10 +24,15 @@ use datafusion::sql::sqlparser::ast::{Statement, TableObject};
 use crate::engine::ivf_bind;
 use crate::engine::plan_cache::{self, CachedPlan};
 use crate::engine::session::{FragvecSession, StatementResult};
+use crate::engine::statements::shapes::ShapeNote;
 use crate::sql::{FragvecStatement, knn_call, parse_statements, pin, vector_params};
 
 /// Plans and runs a statement fragvec does not intercept.
-pub async fn run(session: &FragvecSession, mut statement: DFStatement) -> Result<StatementResult> {
+pub async fn run(
+    session: &FragvecSession,
+    mut statement: DFStatement,
+    note: Option<&ShapeNote>,
+) -> Result<StatementResult> {
     // Vector literals of distance calls become parameters (bound after planning): far
     // cheaper to plan, and the statement's text below stays short.
     let vectors = match &mut statement {
@@ -60,14 +65,23 @@ pub async fn run(session: &FragvecSession, mut statement: DFStatement) -> Result
         // the lookup finds it fresh (appends would be rebased anyway, at the cost of a retry).
         dir.latest_version().await?;
     }
-    let statement = pin(
+    let mut versions = Vec::new();
+    let statement = pin_noting(
         session,
         statement,
         pin::mentions_virtual_columns(&text),
         check,
+        &mut versions,
     )
     .await?;
     let binds_partitions = text.contains("ivf_partition");
+    // What this run may teach about its statement's shape (see `shapes`): only a plain
+    // query, which changes nothing the next text of the shape would see.
+    let note = note.filter(|_| {
+        !changes_tables
+            && check == VersionCheck::WithinInterval
+            && !text.contains("information_schema")
+    });
     let result = if is_insert(&statement) {
         // Round-robin repartitioning would shuffle the rows of a single-partition source;
         // INSERT keeps its source's order so the logical order is the order given.
@@ -75,7 +89,8 @@ pub async fn run(session: &FragvecSession, mut statement: DFStatement) -> Result
         let plan = plan_statement(session, &state, statement, binds_partitions).await?;
         execute_plan(session, Some(state), plan).await
     } else if !vectors.is_empty() && matches!(&statement, DFStatement::Statement(_)) {
-        run_vector_query(session, statement, vectors, binds_partitions).await
+        let learning = note.map(|note| (note, versions));
+        run_vector_query(session, statement, vectors, binds_partitions, learning).await
     } else {
         let state = session.ctx.state();
         let mut plan = plan_statement(session, &state, statement, binds_partitions).await?;
@@ -142,9 +157,20 @@ pub enum VersionCheck {
 /// `virtual_columns`: whether the statement names `_rowaddr` / `_rowid`.
 pub async fn pin(
     session: &FragvecSession,
+    statement: DFStatement,
+    virtual_columns: bool,
+    check: VersionCheck,
+) -> Result<DFStatement> {
+    pin_noting(session, statement, virtual_columns, check, &mut Vec::new()).await
+}
+
+/// [`pin`], noting in `versions` each table pinned to its newest version and that version.
+async fn pin_noting(
+    session: &FragvecSession,
     mut statement: DFStatement,
     virtual_columns: bool,
     check: VersionCheck,
+    versions: &mut Vec<(String, u64)>,
 ) -> Result<DFStatement> {
     let target: &mut Statement = match &mut statement {
         DFStatement::Statement(s) => s.as_mut(),
@@ -202,6 +228,7 @@ pub async fn pin(
             VersionCheck::WithinInterval => dir.latest_version_for_query().await?,
         };
         if let Some(v) = version {
+            versions.push((table.clone(), v));
             latest.insert(table, v);
         }
     }
@@ -217,13 +244,22 @@ async fn run_vector_query(
     statement: DFStatement,
     vectors: Vec<Vec<f64>>,
     binds_partitions: bool,
+    learning: Option<(&ShapeNote, Vec<(String, u64)>)>,
 ) -> Result<StatementResult> {
-    let key = format!("{:?}|{statement}", session.options());
+    let options = format!("{:?}", session.options());
+    let key = format!("{options}|{statement}");
+    let is_query = matches!(&statement, DFStatement::Statement(s) if matches!(s.as_ref(), Statement::Query(_)));
+    let learnt = |plan_key: &str| {
+        if let Some((note, versions)) = learning.as_ref().filter(|_| is_query) {
+            note.learnt(plan_key, &options, versions, &vectors);
+        }
+    };
     if let Some(cached) = session.plans.get(&key)
         && same_table_state(session, &cached.plan).await?
         && let Some(plan) = plan_cache::rebind(&cached.plan, &cached.params, &vectors)?
     {
         session.plans.note_reuse();
+        learnt(&key);
         return collect_physical(session, plan).await;
     }
     let referenced = match &statement {
@@ -250,6 +286,7 @@ async fn run_vector_query(
     if keep && plan_cache::reusable(&physical, &vectors)? {
         // The kept plan is never run itself: each run gets a fresh copy.
         if let Some(fresh) = plan_cache::rebind(&physical, &vectors, &vectors)? {
+            learnt(&key);
             session.plans.put(
                 key,
                 CachedPlan {
@@ -294,7 +331,10 @@ fn calls_non_immutable_functions(plan: &LogicalPlan) -> Result<bool> {
 
 /// Whether the table a cached plan reads is still the one it was planned for (a table
 /// dropped and created again reaches the same version numbers).
-async fn same_table_state(session: &FragvecSession, plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
+pub(super) async fn same_table_state(
+    session: &FragvecSession,
+    plan: &Arc<dyn ExecutionPlan>,
+) -> Result<bool> {
     let Some(knn) = plan_cache::knn_of(plan) else {
         return Ok(false);
     };
@@ -306,7 +346,7 @@ async fn same_table_state(session: &FragvecSession, plan: &Arc<dyn ExecutionPlan
     }
 }
 
-async fn collect_physical(
+pub(super) async fn collect_physical(
     session: &FragvecSession,
     plan: Arc<dyn ExecutionPlan>,
 ) -> Result<StatementResult> {

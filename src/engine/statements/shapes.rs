@@ -1,0 +1,159 @@
+//! Answering a repeated KNN statement without parsing it.
+//!
+//! A session keeps the physical plan of a KNN query and rebinds it to the next query vector
+//! ([`crate::engine::plan_cache`]); what is left per query is parsing the text (hundreds or
+//! thousands of numbers), turning its vector literals into parameters, pinning and printing
+//! the statement to find the plan. Two texts equal outside their vector literals (the same
+//! [`Shape`](crate::sql::vector_shape::Shape)) parse to the same statement up to those
+//! values, so when a text ran on a kept plan, its shape is remembered with what that run
+//! depended on: the parser dialect, the `fragvec.*` options, and the version each table was
+//! pinned to. The next text of the shape runs on the kept plan when all of those still hold
+//! (each table's newest version is checked as the full path checks it); anything else takes
+//! the full path, which also reports any error the text has.
+
+use std::sync::Mutex;
+
+use datafusion::common::Result;
+
+use super::query::{collect_physical, same_table_state};
+use crate::engine::plan_cache::{self, KnownShape};
+use crate::engine::session::{FragvecSession, StatementResult};
+use crate::sql::vector_shape::{Shape, shape_of};
+
+/// What one full run of a statement learnt about its plan (filled by the query path when the
+/// run used or kept a cached plan).
+#[derive(Debug, Default)]
+pub struct ShapeNote(Mutex<Option<Learnt>>);
+
+#[derive(Debug)]
+struct Learnt {
+    plan_key: String,
+    options: String,
+    versions: Vec<(String, u64)>,
+    params: Vec<Vec<f64>>,
+}
+
+impl ShapeNote {
+    /// The run used the plan kept under `plan_key`, made under `options`, reading the
+    /// `versions` its tables were pinned to, with vector parameters `params`.
+    pub fn learnt(
+        &self,
+        plan_key: &str,
+        options: &str,
+        versions: &[(String, u64)],
+        params: &[Vec<f64>],
+    ) {
+        *self.0.lock().expect("shape note") = Some(Learnt {
+            plan_key: plan_key.to_string(),
+            options: options.to_string(),
+            versions: versions.to_vec(),
+            params: params.to_vec(),
+        });
+    }
+}
+
+/// The parser dialect `sql` is parsed in now.
+fn dialect(session: &FragvecSession) -> String {
+    session
+        .ctx
+        .state_ref()
+        .read()
+        .config_options()
+        .sql_parser
+        .dialect
+        .to_string()
+}
+
+fn same_bits(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// Remembers the shape of `sql` after a full run that filled `note`: only when every masked
+/// list is one of the run's vector parameters (the same vector written twice is one
+/// parameter) and every parameter was written as a masked list.
+pub fn remember(session: &FragvecSession, sql: &str, note: ShapeNote) {
+    let Some(learnt) = note.0.into_inner().ok().flatten() else {
+        return;
+    };
+    let Some(Shape { text, lists }) = shape_of(sql) else {
+        return;
+    };
+    let Some(bindings) = lists
+        .iter()
+        .map(|l| learnt.params.iter().position(|p| same_bits(p, l)))
+        .collect::<Option<Vec<usize>>>()
+    else {
+        return;
+    };
+    if (0..learnt.params.len()).any(|p| !bindings.contains(&p)) {
+        return;
+    }
+    session.plans.learn_shape(
+        text,
+        KnownShape {
+            dialect: dialect(session),
+            options: learnt.options,
+            versions: learnt.versions,
+            plan_key: learnt.plan_key,
+            lengths: lists.iter().map(Vec::len).collect(),
+            bindings,
+        },
+    );
+}
+
+/// The parameters a text of a known shape binds: list `i` is parameter `bindings[i]`;
+/// `None` when lists bound to one parameter now differ (the full path would make two).
+fn parameters(known: &KnownShape, lists: Vec<Vec<f64>>) -> Option<Vec<Vec<f64>>> {
+    let count = known.bindings.iter().max().map_or(0, |m| m + 1);
+    let mut params: Vec<Option<Vec<f64>>> = vec![None; count];
+    for (list, &p) in lists.into_iter().zip(&known.bindings) {
+        match &params[p] {
+            Some(seen) if !same_bits(seen, &list) => return None,
+            Some(_) => {}
+            None => params[p] = Some(list),
+        }
+    }
+    params.into_iter().collect()
+}
+
+/// Runs `sql` on the kept plan of its shape, or `None` when the full path must run it.
+pub async fn run_known(session: &FragvecSession, sql: &str) -> Result<Option<StatementResult>> {
+    let Some(Shape { text, lists }) = shape_of(sql) else {
+        return Ok(None);
+    };
+    let Some(known) = session.plans.shape(&text) else {
+        return Ok(None);
+    };
+    session.apply_version_check();
+    if known.lengths != lists.iter().map(Vec::len).collect::<Vec<_>>()
+        || known.dialect != dialect(session)
+        || known.options != format!("{:?}", session.options())
+    {
+        return Ok(None);
+    }
+    for (table, version) in &known.versions {
+        let Ok(dir) = session.database().table(table) else {
+            return Ok(None);
+        };
+        // The check the full path's pinning makes; its errors are the full path's to report.
+        match dir.latest_version_for_query().await {
+            Ok(Some(v)) if v == *version => {}
+            _ => return Ok(None),
+        }
+    }
+    let Some(cached) = session.plans.get(&known.plan_key) else {
+        return Ok(None);
+    };
+    if !same_table_state(session, &cached.plan).await? {
+        return Ok(None);
+    }
+    let Some(params) = parameters(&known, lists) else {
+        return Ok(None);
+    };
+    let Some(plan) = plan_cache::rebind(&cached.plan, &cached.params, &params)? else {
+        return Ok(None);
+    };
+    session.plans.note_reuse();
+    session.plans.note_shape_reuse();
+    collect_physical(session, plan).await.map(Some)
+}

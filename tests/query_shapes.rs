@@ -1,0 +1,159 @@
+//! A repeated KNN text answered on its kept plan without parsing (`engine::statements::shapes`):
+//! the answers are the full path's, and every condition the kept plan depends on (table
+//! versions, also those another session commits, options, the text outside the vectors,
+//! the same vector written twice) sends the text back to the full path when it changed.
+
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::datatypes::Int64Type;
+use fragvec::engine::FragvecSession;
+use rand::{Rng, SeedableRng};
+
+async fn table(path: &str) -> FragvecSession {
+    let s = FragvecSession::open(path).await.unwrap();
+    s.sql(
+        "CREATE TABLE t (id BIGINT, c BIGINT, v VECTOR(8)); \
+         INSERT INTO t SELECT value, value % 3, [value % 11, value % 7, value % 5, value % 3, \
+             value % 13, value % 2, value % 17, value % 4] FROM generate_series(0, 599); \
+         CREATE VECTOR INDEX i ON t (v) USING IVF_FLAT WITH (num_partitions = 8)",
+    )
+    .await
+    .unwrap();
+    s
+}
+
+fn vectors(n: usize, seed: u64) -> Vec<String> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..n)
+        .map(|_| {
+            let v: Vec<String> = (0..8)
+                .map(|_| format!("{:.3}", rng.random_range(-2.0..14.0f32)))
+                .collect();
+            format!("[{}]", v.join(", "))
+        })
+        .collect()
+}
+
+/// (id, distance × 1000) rows of a query's answer.
+async fn rows(s: &FragvecSession, sql: &str) -> Vec<(i64, i64)> {
+    let r = s.sql_one(sql).await.unwrap();
+    let mut out = Vec::new();
+    for b in &r.batches {
+        let a = b.column(0).as_primitive::<Int64Type>();
+        let d = b.column(1).as_primitive::<Int64Type>();
+        out.extend(a.values().iter().zip(d.values()).map(|(x, y)| (*x, *y)));
+    }
+    out
+}
+
+fn knn(v: &str) -> String {
+    format!(
+        "SELECT id, CAST(l2_distance(v, {v}) * 1000 AS BIGINT) AS d FROM t \
+         WHERE c <> 1 ORDER BY l2_distance(v, {v}) LIMIT 7"
+    )
+}
+
+/// The answers of texts run from their shape are those of a fresh session planning each one
+/// in full, and texts of one shape after the first are answered from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shape_answers_equal_full_planning() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().to_str().unwrap();
+    let s = table(path).await;
+    let vs = vectors(25, 7);
+    let mut got = Vec::new();
+    for v in &vs {
+        got.push(rows(&s, &knn(v)).await);
+    }
+    assert!(
+        s.shapes_reused() >= vs.len() as u64 - 2,
+        "only {} of {} texts were answered from their shape",
+        s.shapes_reused(),
+        vs.len()
+    );
+    for (v, got) in vs.iter().zip(&got) {
+        // A new session has no kept plan or shape: it plans the text in full.
+        let fresh = FragvecSession::open(path).await.unwrap();
+        assert_eq!(&rows(&fresh, &knn(v)).await, got, "{v}");
+        assert_eq!(fresh.shapes_reused(), 0);
+    }
+}
+
+/// A commit by another session, a SET, and a different text outside the vectors each send
+/// the next text to the full path, whose answer reflects the change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changed_conditions_take_the_full_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().to_str().unwrap();
+    let s = table(path).await;
+    let vs = vectors(4, 11);
+    for v in &vs {
+        rows(&s, &knn(v)).await;
+    }
+    // Another session deletes the nearest row: this session's next text must not miss it.
+    let nearest = rows(&s, &knn(&vs[0])).await[0].0;
+    let before = s.shapes_reused();
+    assert!(before >= 3);
+    let other = FragvecSession::open(path).await.unwrap();
+    other
+        .sql(&format!("DELETE FROM t WHERE id = {nearest}"))
+        .await
+        .unwrap();
+    let after_delete = rows(&s, &knn(&vs[0])).await;
+    assert!(after_delete.iter().all(|(id, _)| *id != nearest));
+    assert_eq!(
+        s.shapes_reused(),
+        before,
+        "a text ran on a plan of the old version"
+    );
+    // The new version's plan is learnt again and used.
+    rows(&s, &knn(&vs[1])).await;
+    rows(&s, &knn(&vs[2])).await;
+    let learnt = s.shapes_reused();
+    assert!(learnt > before);
+    // An option set on the DataFusion context directly (the session sees no SET statement
+    // and keeps its plans): the shape was learnt under other options, so the full path runs.
+    s.context()
+        .sql("SET fragvec.exact = true")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let exact = rows(&s, &knn(&vs[3])).await;
+    assert_eq!(s.shapes_reused(), learnt);
+    let fresh = FragvecSession::open(path).await.unwrap();
+    fresh.sql("SET fragvec.exact = true").await.unwrap();
+    assert_eq!(rows(&fresh, &knn(&vs[3])).await, exact);
+    s.sql("SET fragvec.exact = false").await.unwrap();
+    // Another filter outside the vectors is another shape.
+    rows(&s, &knn(&vs[3])).await;
+    let learnt = s.shapes_reused();
+    let text = knn(&vs[3]).replace("c <> 1", "c <> 2");
+    let r = rows(&s, &text).await;
+    assert_eq!(s.shapes_reused(), learnt);
+    assert!(r.iter().all(|(id, _)| id % 3 != 2));
+}
+
+/// The same vector written twice is one parameter: a later text writing two different
+/// vectors in those places is planned in full, not bound as if they were one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vector_written_twice_binds_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().to_str().unwrap();
+    let s = table(path).await;
+    let vs = vectors(6, 3);
+    for v in &vs[..3] {
+        rows(&s, &knn(v)).await;
+    }
+    let reused = s.shapes_reused();
+    assert!(reused >= 1);
+    let mixed = format!(
+        "SELECT id, CAST(l2_distance(v, {}) * 1000 AS BIGINT) AS d FROM t \
+         WHERE c <> 1 ORDER BY l2_distance(v, {}) LIMIT 7",
+        vs[4], vs[5]
+    );
+    let got = rows(&s, &mixed).await;
+    assert_eq!(s.shapes_reused(), reused, "two vectors were bound as one");
+    let fresh = FragvecSession::open(path).await.unwrap();
+    assert_eq!(rows(&fresh, &mixed).await, got);
+}
