@@ -48,33 +48,35 @@ where
     })
 }
 
-/// Splits `weights` (in order) into at most `shares` contiguous ranges of about equal total
-/// weight, none empty; no ranges for no items.
-pub fn balanced_ranges(weights: &[usize], shares: usize) -> Vec<std::ops::Range<usize>> {
-    let total: usize = weights.iter().sum();
-    let shares = shares.clamp(1, weights.len().max(1));
-    let mut out = Vec::with_capacity(shares);
-    let mut start = 0;
-    let mut acc = 0;
-    for (i, w) in weights.iter().enumerate() {
-        acc += w;
-        // Close the share once it holds its part of the total (the last share takes the rest).
-        let target = total * (out.len() + 1) / shares;
-        if acc >= target && out.len() + 1 < shares && i + 1 < weights.len() {
-            out.push(start..i + 1);
-            start = i + 1;
+/// Runs `work` on every item with up to `threads` workers (the calling thread is one), each
+/// claiming the next unclaimed item and folding it into its own accumulator from `init`;
+/// returns the accumulators (the calling thread's first). A worker that starts late, on a
+/// busy machine, finds less or nothing left: the calling thread never waits for its share.
+pub fn claim_each<T, A, I, F>(items: &[T], threads: usize, init: I, work: F) -> Vec<A>
+where
+    T: Sync,
+    A: Send,
+    I: Fn() -> A + Sync,
+    F: Fn(&mut A, &T) + Sync,
+{
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let worker = || {
+        let mut acc = init();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(item) = items.get(i) else {
+                return acc;
+            };
+            work(&mut acc, item);
         }
-    }
-    if start < weights.len() {
-        out.push(start..weights.len());
-    }
-    out
+    };
+    let helpers = threads.clamp(1, items.len().max(1)) - 1;
+    run_shares(&vec![(); helpers + 1], |_| worker())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
 
     #[test]
     fn shares_run_in_order_and_a_panic_reaches_the_caller() {
@@ -90,31 +92,18 @@ mod tests {
         assert!(caught.is_err());
     }
 
-    proptest! {
-        /// The ranges cover every item once, in order, none empty, at most `shares` of
-        /// them, and no share is heavier than its fair part plus one item.
-        #[test]
-        fn prop_balanced_ranges_partition_the_items(
-            weights in proptest::collection::vec(0usize..1000, 0..40),
-            shares in 1usize..6,
-        ) {
-            let ranges = balanced_ranges(&weights, shares);
-            let mut next = 0;
-            for r in &ranges {
-                prop_assert_eq!(r.start, next);
-                prop_assert!(r.end > r.start);
-                next = r.end;
-            }
-            prop_assert_eq!(next, weights.len());
-            prop_assert!(ranges.len() <= shares.max(1));
-            let total: usize = weights.iter().sum();
-            let heaviest = weights.iter().copied().max().unwrap_or(0);
-            // More shares than items: one item per share at most.
-            let used = shares.min(weights.len()).max(1);
-            for r in &ranges[..ranges.len().saturating_sub(1)] {
-                let w: usize = weights[r.clone()].iter().sum();
-                prop_assert!(w <= total / used + heaviest + 1);
-            }
+    #[test]
+    fn every_item_is_claimed_once() {
+        for threads in 1..5 {
+            let items: Vec<u64> = (0..100).collect();
+            let sums = claim_each(&items, threads, Vec::new, |acc: &mut Vec<u64>, x| {
+                acc.push(*x)
+            });
+            assert!(sums.len() <= threads);
+            let mut all: Vec<u64> = sums.into_iter().flatten().collect();
+            all.sort_unstable();
+            assert_eq!(all, items);
         }
+        assert_eq!(claim_each(&[] as &[u8], 3, || 0, |_, _| {}), vec![0]);
     }
 }

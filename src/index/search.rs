@@ -6,7 +6,7 @@
 //! take the place of a valid one (a filter applied after the top-k could). Pure computation.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use roaring::{RoaringBitmap, RoaringTreemap};
@@ -105,8 +105,9 @@ pub enum Verdict {
 /// Which rows of a segment may be returned.
 #[derive(Debug, Default)]
 pub struct RowMask<'a> {
-    /// Fragments the segment owns and that are still in the table.
-    pub owned: HashSet<u64>,
+    /// Fragments the segment owns and that are still in the table, ascending (a segment
+    /// owns few fragments: halving a short list beats hashing on every row).
+    pub owned: Vec<u64>,
     pub deletions: Option<&'a HashMap<u64, RoaringBitmap>>,
     /// Addresses that pass the query's WHERE filter; `None` = no filter.
     pub allowed: Option<&'a RoaringTreemap>,
@@ -116,7 +117,7 @@ impl RowMask<'_> {
     #[inline]
     pub fn verdict(&self, addr: u64) -> Verdict {
         let (frag, offset) = split_row_address(addr);
-        if !self.owned.contains(&frag) {
+        if self.owned.binary_search(&frag).is_err() {
             return Verdict::NotOwned;
         }
         if let Some(d) = self.deletions.and_then(|d| d.get(&frag))
@@ -216,8 +217,8 @@ pub fn score_flat(
 /// calling thread alone: starting a thread costs about as much as scoring this many.
 pub const PARALLEL_MIN_VALUES: usize = 1 << 18;
 
-/// Scores `parts` with `score` into one top-`keep`: on every core (contiguous runs of
-/// partitions of about equal rows, one local top-k each, merged) when they hold at least
+/// Scores `parts` with `score` into one top-`keep`: on every core (each worker claiming the
+/// next partition into its own top-k, merged at the end) when they hold at least
 /// [`PARALLEL_MIN_VALUES`] payload values of `row_width`, else on the calling thread. The
 /// answer is the same either way: candidates are totally ordered by key, then address.
 pub fn score_partitions<F>(
@@ -229,22 +230,18 @@ pub fn score_partitions<F>(
 where
     F: Fn(&Partition, &mut TopK, &mut SearchStats) + Sync,
 {
-    let rows: Vec<usize> = parts.iter().map(|p| p.len()).collect();
-    let values = rows.iter().sum::<usize>().saturating_mul(row_width.max(1));
-    let threads = if values >= PARALLEL_MIN_VALUES {
+    let rows: usize = parts.iter().map(|p| p.len()).sum();
+    let threads = if rows.saturating_mul(row_width.max(1)) >= PARALLEL_MIN_VALUES {
         parallel::cores()
     } else {
         1
     };
-    let shares = parallel::balanced_ranges(&rows, threads);
-    let mut found = parallel::run_shares(&shares, |range| {
-        let mut top = TopK::new(keep);
-        let mut stats = SearchStats::default();
-        for part in &parts[range.clone()] {
-            score(part, &mut top, &mut stats);
-        }
-        (top, stats)
-    })
+    let mut found = parallel::claim_each(
+        parts,
+        threads,
+        || (TopK::new(keep), SearchStats::default()),
+        |(top, stats), part| score(part, top, stats),
+    )
     .into_iter();
     let (mut top, mut stats) = found
         .next()
@@ -304,6 +301,41 @@ mod tests {
         assert_eq!(keys, vec![0.5, 1.0, 2.0]);
     }
 
+    /// Enough rows to be scored on every core: the same top-k and counts as one thread.
+    #[test]
+    fn partitions_scored_on_every_core_give_the_one_thread_answer() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let dim = 16;
+        let parts: Vec<Arc<Partition>> = (0..40)
+            .map(|p| {
+                let rows = rng.random_range(0..1200);
+                Arc::new(Partition {
+                    addrs: (0..rows).map(|r| row_address(p, r)).collect(),
+                    codes: vec![],
+                    // Coarse values: many equal keys, so ties must break the same way.
+                    vectors: (0..rows * dim as u64)
+                        .map(|_| rng.random_range(0..4) as f32)
+                        .collect(),
+                })
+            })
+            .collect();
+        let values: usize = parts.iter().map(|p| p.vectors.len()).sum();
+        assert!(values >= PARALLEL_MIN_VALUES);
+        let q = vec![1.0f32; dim];
+        let score = |part: &Partition, top: &mut TopK, stats: &mut SearchStats| {
+            score_flat(part, dim, &q, Metric::L2, None, top, stats)
+        };
+        let (top, stats) = score_partitions(&parts, 25, dim, score);
+        let mut one = TopK::new(25);
+        let mut one_stats = SearchStats::default();
+        for part in &parts {
+            score(part, &mut one, &mut one_stats);
+        }
+        assert_eq!(top.into_sorted(), one.into_sorted());
+        assert_eq!(stats, one_stats);
+    }
+
     /// Seed 002's failure: a stale row nearer than every owned row must not take a slot.
     #[test]
     fn mask_applies_before_the_local_top_k() {
@@ -316,7 +348,7 @@ mod tests {
         };
         let deletions = HashMap::from([(0u64, RoaringBitmap::from_iter([1u32]))]);
         let mask = RowMask {
-            owned: HashSet::from([0]),
+            owned: vec![0],
             deletions: Some(&deletions),
             allowed: None,
         };

@@ -172,7 +172,7 @@ impl Searcher<'_> {
                     || (segment.invalidated_fragments.is_empty()
                         && segment.fragment_bitmap.iter().all(|f| current.contains(f))));
             let mask = (!fast).then(|| RowMask {
-                owned: ownership.fragments.keys().copied().collect(),
+                owned: ownership.fragments.keys().copied().collect(), // a BTreeMap: ascending
                 deletions: Some(deletions),
                 allowed: mask_rows,
             });
