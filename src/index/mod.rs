@@ -2,9 +2,11 @@
 //! cache, segment ownership, the KNN search entry point, and index builds.
 //!
 //! * Pure arithmetic, no IO: [`distance`], [`kmeans`], [`nearest`] (many rows to their
-//!   centroids), [`ivf`], [`search`] (scoring one partition under a row mask into a top-k).
+//!   centroids), [`ivf`], [`search`] (scoring one partition under a row mask into a top-k), [`sample`] (the
+//!   training sample of every build).
 //! * Files: [`segment`] (the segment codec and its range reads), [`build`] (models and
-//!   segments written from a snapshot).
+//!   segments written from a snapshot, every vector in memory), [`build_stream`] (the same
+//!   within a memory budget, in passes).
 //! * [`ownership`]: which current rows each segment may answer for.
 //! * [`cache`]: footers, models, ledgers, ownerships, partitions and decoded columns under one
 //!   byte budget.
@@ -18,6 +20,7 @@
 
 pub mod assigned;
 pub mod build;
+pub mod build_stream;
 pub mod cache;
 pub mod distance;
 pub mod error;
@@ -28,6 +31,7 @@ pub mod knn;
 pub mod nearest;
 pub mod optimize;
 pub mod ownership;
+pub mod sample;
 pub mod search;
 pub mod segment;
 
