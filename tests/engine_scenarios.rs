@@ -608,6 +608,7 @@ async fn index_changes_built_before_a_rewrite_conflict() {
         "i",
         OptimizeAction::Merge(1),
         &cache,
+        cache.budget(),
         &Progress::none(),
     )
     .await
@@ -619,6 +620,7 @@ async fn index_changes_built_before_a_rewrite_conflict() {
         "i",
         OptimizeAction::Append,
         &cache,
+        cache.budget(),
         &Progress::none(),
     )
     .await

@@ -132,7 +132,7 @@ async fn with_index(snap: &Snapshot, kind: IndexKind, metric: Metric) -> Snapsho
     let opts = BuildOptions {
         metric,
         num_partitions: Some(BLOBS),
-        sample_size: None,
+        ..BuildOptions::default()
     };
     optimize::create(snap, "i", "emb", kind, &opts, &Progress::none())
         .await

@@ -315,3 +315,59 @@ async fn a_failing_statement_still_finishes_its_phases() {
     assert!(err.to_string().contains("zero"), "{err}");
     assert_eq!(names(&recorder.take()), ["reading vectors"]);
 }
+
+#[tokio::test]
+async fn a_build_over_the_memory_budget_streams_through_the_same_phases() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = FragvecSession::open(dir.path().join("db").to_str().unwrap())
+        .await
+        .unwrap();
+    run(
+        &session,
+        "CREATE TABLE t (id BIGINT, emb VECTOR(4)) WITH (max_rows_per_fragment = 100)",
+    )
+    .await;
+    run(
+        &session,
+        "INSERT INTO t SELECT value, CASE WHEN value % 50 = 0 THEN NULL \
+         ELSE [value % 10, value % 13, value % 17, 1] END FROM generate_series(1, 1000)",
+    )
+    .await;
+    // 1000 rows of 16-byte vectors do not fit 20 kB twice over: the build streams, and its
+    // 980 × 24-byte segment is written in groups of at most 10 kB.
+    run(&session, "SET fragvec.index_cache_bytes = 20000").await;
+    let recorder = Arc::new(Recorder::default());
+    session.set_progress(recorder.clone());
+    for sql in [
+        "CREATE VECTOR INDEX i ON t (emb) USING IVF_FLAT WITH (num_partitions = 8)",
+        "OPTIMIZE INDEX i ON t RETRAIN",
+    ] {
+        run(&session, sql).await;
+        let phases = recorder.take();
+        assert_eq!(
+            names(&phases),
+            [
+                "reading vectors",
+                "k-means",
+                "assigning rows",
+                "writing index files"
+            ],
+            "{sql}"
+        );
+        complete(&phases, "reading vectors", 1000);
+        complete(&phases, "assigning rows", 980);
+        // The model, then one unit per group of the segment.
+        let writing = phase(&phases, "writing index files");
+        assert!(
+            writing.total == Some(writing.done) && writing.done >= 4,
+            "{sql}: {writing:?}"
+        );
+    }
+    session.clear_progress();
+    let result = session
+        .sql_one("SELECT id FROM t ORDER BY l2_distance(emb, [1, 2, 3, 1]) LIMIT 5")
+        .await
+        .unwrap();
+    let rows: usize = result.batches.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(rows, 5);
+}

@@ -51,15 +51,19 @@ fn build_options(kind: &str, options: &[(String, String)]) -> Result<(BuildOptio
 }
 
 /// `CREATE VECTOR INDEX name ON t (column) USING kind WITH (...)`; returns the rows indexed.
+/// The build holds at most about `memory_budget_bytes` (the session's
+/// `fragvec.index_cache_bytes`) of vectors.
 pub async fn create(
     snapshot: Snapshot,
     name: &str,
     column: &str,
     kind: &str,
     options: &[(String, String)],
+    memory_budget_bytes: usize,
     progress: &Progress,
 ) -> Result<u64> {
-    let (opts, num_sub_vectors) = build_options(kind, options)?;
+    let (mut opts, num_sub_vectors) = build_options(kind, options)?;
+    opts.memory_budget_bytes = Some(memory_budget_bytes);
     let kind = match kind {
         "IVF_FLAT" => IndexKind::IvfFlat,
         "IVF_PQ" => IndexKind::IvfPq {
@@ -78,12 +82,13 @@ pub async fn drop(snapshot: Snapshot, name: &str, if_exists: bool) -> Result<u64
 }
 
 /// `OPTIMIZE INDEX name ON t [APPEND | MERGE n | RETRAIN]`; returns the rows written into
-/// new segments.
+/// new segments. A RETRAIN holds at most about `memory_budget_bytes` of vectors.
 pub async fn optimize(
     snapshot: Snapshot,
     name: &str,
     action: OptimizeAction,
     cache: &IndexCache,
+    memory_budget_bytes: usize,
     progress: &Progress,
 ) -> Result<u64> {
     let action = match action {
@@ -91,7 +96,15 @@ pub async fn optimize(
         OptimizeAction::Merge(n) => Optimize::Merge(n),
         OptimizeAction::Retrain => Optimize::Retrain,
     };
-    Ok(index_optimize::optimize(snapshot, name, action, cache, progress).await?)
+    Ok(index_optimize::optimize(
+        snapshot,
+        name,
+        action,
+        cache,
+        Some(memory_budget_bytes),
+        progress,
+    )
+    .await?)
 }
 
 /// The latest snapshot of a table, or "table does not exist".

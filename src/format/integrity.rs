@@ -33,6 +33,12 @@ pub fn crc32c(bytes: &[u8]) -> u32 {
     crc32c::crc32c(bytes)
 }
 
+/// CRC32C of the bytes `crc` covers followed by `bytes` (`crc32c_append(0, b) == crc32c(b)`),
+/// for checksums of data written in pieces.
+pub fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc, bytes)
+}
+
 /// Checks a whole file (or a part of it described by `what`) against its recorded CRC32C.
 pub fn check(path: impl fmt::Display, what: &str, bytes: &[u8], expected: u32) -> Result<()> {
     let found = crc32c(bytes);

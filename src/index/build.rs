@@ -1,4 +1,8 @@
-//! Building index models and segments from a table snapshot (the IO side of the index).
+//! Building index models and segments from a table snapshot (the IO side of the index),
+//! holding every vector at once: [`read_vectors`], [`train`], [`partition`],
+//! [`write_partitions`]. A full build over the memory budget uses the same pieces in passes
+//! instead ([`super::build_stream`]: [`scan_vectors`], [`train_on_sample`],
+//! [`assign_partitions`], [`pq_codes`]), so both builds assign, encode and order rows alike.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -7,13 +11,12 @@ use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::datatypes::{Float32Type, Schema};
 use futures::StreamExt;
 use object_store::{ObjectStoreExt, PutPayload};
-use rand::SeedableRng;
-use rand::seq::index::sample;
 
 use super::distance::Metric;
 use super::ivf::{IvfModel, ProductQuantizer};
 use super::kmeans;
 use super::nearest::CentroidTable;
+use super::sample::BottomK;
 use super::segment::{self, Partition};
 use crate::format::commit::NewSegment;
 use crate::format::index_meta::IndexKind;
@@ -52,6 +55,84 @@ pub fn physical_rows(snapshot: &Snapshot, fragments: &BTreeSet<u64>) -> u64 {
         .sum()
 }
 
+/// Rows an in-memory build reads at once (one Arrow batch).
+pub const READ_BATCH_ROWS: usize = 8192;
+
+/// The live, non-NULL rows of one batch read by [`scan_vectors`].
+#[derive(Debug, Clone, Copy)]
+pub struct LiveRows<'a> {
+    pub addrs: &'a [u64],
+    /// `addrs.len() × dim` floats.
+    pub values: &'a [f32],
+    /// Bytes of the vector column's batch as read (every physical row, NULL and deleted
+    /// rows included).
+    pub read_bytes: usize,
+}
+
+/// Reads `column` of `fragments` (ids) in manifest order, `batch_rows` physical rows at a
+/// time, and calls `each` with each batch's live non-NULL rows (deleted rows and NULLs
+/// skipped). Advances `phase` by the physical rows read (see [`physical_rows`]). Holds one
+/// batch at a time.
+pub async fn scan_vectors<E: From<FormatError>>(
+    snapshot: &Snapshot,
+    column: &str,
+    fragments: &BTreeSet<u64>,
+    batch_rows: usize,
+    phase: &Phase,
+    mut each: impl FnMut(LiveRows<'_>) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    let field = snapshot
+        .schema
+        .field_with_name(column)
+        .map_err(FormatError::from)?
+        .clone();
+    let schema = Arc::new(Schema::new(vec![field]));
+    let mut addrs = Vec::new();
+    let mut live = Vec::new();
+    for frag in snapshot
+        .manifest
+        .fragments
+        .iter()
+        .filter(|f| fragments.contains(&f.id))
+    {
+        let deleted = snapshot.dir.read_deletions(frag).await?;
+        let mut stream = read_fragment(snapshot.dir.clone(), frag, schema.clone(), batch_rows);
+        let mut offset = 0u64;
+        while let Some(batch) = stream.next().await {
+            let batch = batch?;
+            let list = batch.column(0).as_fixed_size_list_opt().ok_or_else(|| {
+                FormatError::invalid(format!("column '{column}' is not a vector column"))
+            })?;
+            let dim = list.value_length() as usize;
+            let values = list
+                .values()
+                .as_primitive_opt::<Float32Type>()
+                .ok_or_else(|| {
+                    FormatError::invalid(format!("column '{column}' does not hold float32 vectors"))
+                })?
+                .values();
+            addrs.clear();
+            live.clear();
+            for i in 0..list.len() {
+                let o = offset + i as u64;
+                if list.is_null(i) || deleted.contains(o as u32) {
+                    continue;
+                }
+                addrs.push(row_address(frag.id, o));
+                live.extend_from_slice(&values[i * dim..(i + 1) * dim]);
+            }
+            offset += list.len() as u64;
+            each(LiveRows {
+                addrs: &addrs,
+                values: &live,
+                read_bytes: values.len() * 4,
+            })?;
+            phase.advance(list.len() as u64);
+        }
+    }
+    Ok(())
+}
+
 /// Reads the vectors of `fragments` (ids) of `column`, skipping deleted rows and NULLs.
 /// Advances `phase` by the physical rows read (see [`physical_rows`]).
 pub async fn read_vectors(
@@ -60,45 +141,40 @@ pub async fn read_vectors(
     fragments: &BTreeSet<u64>,
     phase: &Phase,
 ) -> Result<Vectors> {
-    let field = snapshot
-        .schema
-        .field_with_name(column)
-        .map_err(FormatError::from)?
-        .clone();
-    let schema = Arc::new(Schema::new(vec![field]));
     let mut out = Vectors::default();
-    for frag in snapshot
-        .manifest
-        .fragments
-        .iter()
-        .filter(|f| fragments.contains(&f.id))
-    {
-        let deleted = snapshot.dir.read_deletions(frag).await?;
-        let mut stream = read_fragment(snapshot.dir.clone(), frag, schema.clone(), 8192);
-        let mut offset = 0u64;
-        while let Some(batch) = stream.next().await {
-            let batch = batch?;
-            let list = batch.column(0).as_fixed_size_list();
-            let dim = list.value_length() as usize;
-            let values = list.values().as_primitive::<Float32Type>().values();
-            for i in 0..list.len() {
-                let o = offset + i as u64;
-                if list.is_null(i) || deleted.contains(o as u32) {
-                    continue;
-                }
-                out.addrs.push(row_address(frag.id, o));
-                out.values
-                    .extend_from_slice(&values[i * dim..(i + 1) * dim]);
-            }
-            offset += list.len() as u64;
-            phase.advance(list.len() as u64);
-        }
-    }
+    scan_vectors(
+        snapshot,
+        column,
+        fragments,
+        READ_BATCH_ROWS,
+        phase,
+        |rows| {
+            out.addrs.extend_from_slice(rows.addrs);
+            out.values.extend_from_slice(rows.values);
+            Ok::<_, FormatError>(())
+        },
+    )
+    .await?;
     Ok(out)
 }
 
-/// Trains the IVF model (and PQ codebooks) on a sample of `vectors`, reporting the phases
-/// "k-means" (iterations) and, for IVF_PQ, "PQ codebooks" (one per sub-vector).
+/// The partitions of a build over `rows` live non-NULL vectors: `requested`, or by default
+/// √rows clamped to [1, 1024].
+pub fn partitions_for(rows: usize, requested: Option<usize>) -> usize {
+    requested.unwrap_or_else(|| ((rows as f64).sqrt() as usize).clamp(1, 1024))
+}
+
+/// The training sample size of a build with `partitions` partitions: `requested`, or by
+/// default 256 per partition; never fewer rows than partitions.
+pub fn sample_size_for(partitions: usize, requested: Option<usize>) -> usize {
+    requested
+        .unwrap_or(partitions.saturating_mul(256))
+        .max(partitions)
+}
+
+/// Trains the IVF model (and PQ codebooks) on a sample of `vectors` (chosen as
+/// [`super::sample`] describes, the same rows a streaming build trains on), reporting the
+/// phases "k-means" (iterations) and, for IVF_PQ, "PQ codebooks" (one per sub-vector).
 pub fn train(
     vectors: &Vectors,
     dim: usize,
@@ -108,8 +184,29 @@ pub fn train(
     sample_size: usize,
     progress: &Progress,
 ) -> std::result::Result<IvfModel, String> {
-    let n = vectors.addrs.len();
-    if n == 0 {
+    let mut sample = BottomK::new(sample_size, dim);
+    for (addr, v) in vectors
+        .addrs
+        .iter()
+        .zip(vectors.values.chunks_exact(dim.max(1)))
+    {
+        sample.offer(*addr, v);
+    }
+    let sample = sample.into_sample(sample_size);
+    train_on_sample(&sample, dim, metric, kind, num_partitions, progress)
+}
+
+/// Trains the IVF model (and PQ codebooks) on `sample` (`n × dim`, in stream order), reporting
+/// the phases of [`train`].
+pub fn train_on_sample(
+    sample: &[f32],
+    dim: usize,
+    metric: Metric,
+    kind: &IndexKind,
+    num_partitions: usize,
+    progress: &Progress,
+) -> std::result::Result<IvfModel, String> {
+    if sample.is_empty() || dim == 0 {
         return Err("the column has no non-NULL vectors to train on".into());
     }
     if num_partitions == 0 || num_partitions > MAX_PARTITIONS {
@@ -117,21 +214,15 @@ pub fn train(
             "num_partitions must be between 1 and {MAX_PARTITIONS}, not {num_partitions}"
         ));
     }
-    let mut rng = rand::rngs::StdRng::seed_from_u64(SEED);
-    let picks: Vec<usize> = if n > sample_size {
-        sample(&mut rng, n, sample_size).into_vec()
-    } else {
-        (0..n).collect()
-    };
     let shell = IvfModel {
         metric,
         dim,
         centroids: vec![],
         pq: None,
     };
-    let mut data = Vec::with_capacity(picks.len() * dim);
-    for i in picks {
-        if let Some(v) = shell.prepare(&vectors.values[i * dim..(i + 1) * dim]) {
+    let mut data = Vec::with_capacity(sample.len());
+    for v in sample.chunks_exact(dim) {
+        if let Some(v) = shell.prepare(v) {
             data.extend_from_slice(&v);
         }
     }
@@ -237,10 +328,45 @@ pub fn partition(model: &IvfModel, vectors: &Vectors, phase: &Phase) -> Vec<Part
 /// One share of [`partition`]: its rows grouped by partition, in row order.
 fn partition_rows(model: &IvfModel, addrs: &[u64], values: &[f32]) -> Vec<Partition> {
     let dim = model.dim;
-    // Zero vectors under cosine have no direction; they live in partition 0 and score as "no
-    // distance". The others are prepared side by side and assigned in one pass.
+    let assigned = assign_rows(model, values);
+    let mut prepared = assigned.prepared.chunks_exact(dim);
+    let mut parts = vec![Partition::default(); model.partitions()];
+    for (((addr, v), p), defined) in addrs
+        .iter()
+        .zip(values.chunks_exact(dim))
+        .zip(&assigned.partitions)
+        .zip(&assigned.defined)
+    {
+        let prepared = if *defined { prepared.next() } else { None };
+        let part = &mut parts[*p as usize];
+        part.addrs.push(*addr);
+        match &model.pq {
+            None => part.vectors.extend_from_slice(v),
+            Some(_) => payload_codes(model, prepared, &mut part.codes),
+        }
+    }
+    parts
+}
+
+/// Rows of `values` assigned to their partitions.
+struct AssignedRows {
+    /// Per row: its partition.
+    partitions: Vec<u32>,
+    /// Per row: whether it has a prepared form (a zero vector under cosine has none).
+    defined: Vec<bool>,
+    /// The prepared forms of the defined rows, in row order.
+    prepared: Vec<f32>,
+}
+
+/// The partition of every row of `values` (`n × dim`): the nearest centroid of its prepared
+/// form. Zero vectors under cosine have no direction; they live in partition 0 and score as
+/// "no distance". The others are prepared side by side and assigned in one pass; a row's
+/// partition does not depend on the other rows (see [`super::nearest`]), so any batching of
+/// the rows gives the same partitions.
+fn assign_rows(model: &IvfModel, values: &[f32]) -> AssignedRows {
+    let dim = model.dim;
     let mut prepared = Vec::with_capacity(values.len());
-    let mut defined = Vec::with_capacity(addrs.len());
+    let mut defined = Vec::with_capacity(values.len() / dim.max(1));
     for v in values.chunks_exact(dim) {
         let p = model.prepare(v);
         defined.push(p.is_some());
@@ -248,24 +374,79 @@ fn partition_rows(model: &IvfModel, addrs: &[u64], values: &[f32]) -> Vec<Partit
     }
     let mut assigned = vec![(0u32, 0f32); prepared.len() / dim];
     CentroidTable::new(&model.centroids, dim).assign(&prepared, &mut assigned);
-    let mut next = assigned.iter().zip(prepared.chunks_exact(dim));
-    let mut parts = vec![Partition::default(); model.partitions()];
-    for ((addr, v), defined) in addrs.iter().zip(values.chunks_exact(dim)).zip(defined) {
-        let (p, prepared) = match defined.then(|| next.next()).flatten() {
-            Some(((p, _), x)) => (*p as usize, Some(x)),
-            None => (0, None),
-        };
-        let part = &mut parts[p];
-        part.addrs.push(*addr);
-        match &model.pq {
-            None => part.vectors.extend_from_slice(v),
-            Some(pq) => match prepared {
-                Some(x) => pq.encode(x, &mut part.codes),
-                None => part.codes.extend(std::iter::repeat_n(0u8, pq.sub_vectors)),
-            },
+    let mut next = assigned.iter();
+    let partitions = defined
+        .iter()
+        .map(|d| match d.then(|| next.next()).flatten() {
+            Some((p, _)) => *p,
+            None => 0,
+        })
+        .collect();
+    AssignedRows {
+        partitions,
+        defined,
+        prepared,
+    }
+}
+
+/// Appends the PQ codes of a row with prepared form `prepared` (all zero codes for a row
+/// without one); nothing for IVF_FLAT.
+fn payload_codes(model: &IvfModel, prepared: Option<&[f32]>, out: &mut Vec<u8>) {
+    if let Some(pq) = &model.pq {
+        match prepared {
+            Some(x) => pq.encode(x, out),
+            None => out.extend(std::iter::repeat_n(0u8, pq.sub_vectors)),
         }
     }
-    parts
+}
+
+/// Runs `work` on contiguous shares of `values` (`n × dim`), one per core, and returns the
+/// results in row order.
+fn on_every_core<T: Send>(
+    values: &[f32],
+    dim: usize,
+    work: impl Fn(&[f32]) -> Vec<T> + Sync,
+) -> Vec<T> {
+    let rows = values.len() / dim.max(1);
+    let threads = std::thread::available_parallelism().map_or(1, |p| p.get());
+    let share = rows.div_ceil(threads).max(1);
+    if dim == 0 || rows <= share {
+        return work(values);
+    }
+    let work = &work;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = values
+            .chunks(share * dim)
+            .map(|values| scope.spawn(move || work(values)))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    })
+}
+
+/// The partition of every row of `values` (`n × dim`), as [`partition`] assigns them, on
+/// every core.
+pub(crate) fn assign_partitions(model: &IvfModel, values: &[f32]) -> Vec<u32> {
+    on_every_core(values, model.dim, |values| {
+        assign_rows(model, values).partitions
+    })
+}
+
+/// The PQ codes of every row of `values` (`n × dim`), as [`partition`] stores them, on every
+/// core: `n × sub_vectors` bytes (nothing for IVF_FLAT).
+pub(crate) fn pq_codes(model: &IvfModel, values: &[f32]) -> Vec<u8> {
+    on_every_core(values, model.dim, |values| {
+        let mut out = Vec::new();
+        for v in values.chunks_exact(model.dim) {
+            payload_codes(model, model.prepare(v).as_deref(), &mut out);
+        }
+        out
+    })
 }
 
 /// Writes already partitioned rows as a segment file covering `fragments`.
@@ -279,6 +460,7 @@ pub async fn write_partitions(
     let rows: u64 = parts.iter().map(|p| p.len() as u64).sum();
     let width = model.pq.as_ref().map_or(model.dim * 4, |pq| pq.sub_vectors);
     let bytes = segment::encode(&parts, width);
+    drop(parts);
     let size = bytes.len() as u64;
     let relative = format!("_indexes/{index}/{}.seg", random_tag());
     let path = dir.path(&relative);

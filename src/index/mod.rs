@@ -3,9 +3,11 @@
 //!
 //! * Pure arithmetic, no IO: [`distance`], [`kmeans`], [`nearest`] (many rows to their
 //!   centroids), [`ivf`], [`search`] (scoring partitions under a row mask into a top-k),
-//!   [`parallel`] (one query's scoring spread over the cores).
+//!   [`parallel`] (one query's scoring spread over the cores), [`sample`] (the training
+//!   sample of every build).
 //! * Files: [`segment`] (the segment codec and its range reads), [`build`] (models and
-//!   segments written from a snapshot).
+//!   segments written from a snapshot, every vector in memory), [`build_stream`] (the same
+//!   within a memory budget, in passes).
 //! * [`ownership`]: which current rows each segment may answer for.
 //! * [`cache`]: footers, models, ledgers, ownerships, partitions and decoded columns under one
 //!   byte budget.
@@ -19,6 +21,7 @@
 
 pub mod assigned;
 pub mod build;
+pub mod build_stream;
 pub mod cache;
 pub mod distance;
 pub mod error;
@@ -30,6 +33,7 @@ pub mod nearest;
 pub mod optimize;
 pub mod ownership;
 pub mod parallel;
+pub mod sample;
 pub mod search;
 pub mod segment;
 

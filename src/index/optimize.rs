@@ -8,12 +8,18 @@
 //!
 //! A merge is where duplicates would become permanent, so every input row is checked
 //! against its segment's ownership and the deletion vectors **before** it is written.
+//!
+//! Memory: a full build (CREATE VECTOR INDEX, RETRAIN) holds its vectors at once only when
+//! they fit its budget ([`BuildOptions::memory_budget_bytes`]) and otherwise streams
+//! ([`super::build_stream`]). APPEND and MERGE hold the rows they write at once: the
+//! unindexed fragments, and for MERGE the rows of the segments it rewrites.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use super::build::{self, Vectors};
-use super::cache::IndexCache;
+use super::build_stream::{self, BuildStats, StreamBuild};
+use super::cache::{IndexCache, default_budget_bytes};
 use super::distance::Metric;
 use super::error::{IndexError, Result};
 use super::ownership::unowned_fragments;
@@ -33,6 +39,10 @@ pub struct BuildOptions {
     pub num_partitions: Option<usize>,
     /// Training sample; default 256 per partition.
     pub sample_size: Option<usize>,
+    /// Bytes a full build may hold (the session's `fragvec.index_cache_bytes`); default
+    /// [`default_budget_bytes`]. A table whose vectors fit loads them all at once; a larger
+    /// one is built in passes ([`super::build_stream`]).
+    pub memory_budget_bytes: Option<usize>,
 }
 
 impl Default for BuildOptions {
@@ -41,8 +51,26 @@ impl Default for BuildOptions {
             metric: Metric::L2,
             num_partitions: None,
             sample_size: None,
+            memory_budget_bytes: None,
         }
     }
+}
+
+/// An index built on a snapshot, not yet committed.
+#[derive(Debug)]
+pub struct BuiltIndex {
+    pub def: IndexDef,
+    pub segment: NewSegment,
+    /// The fragments whose rows the segment read.
+    pub covered: BTreeSet<u64>,
+    pub stats: BuildStats,
+}
+
+/// Bytes an in-memory build of `rows` physical rows of `dim` floats holds at its peak: the
+/// vectors with their addresses, and once more as partitions (then as the encoded file,
+/// after the vectors are dropped).
+fn in_memory_build_bytes(rows: u64, dim: usize) -> u64 {
+    rows.saturating_mul(4 * dim as u64 + 8).saturating_mul(2)
 }
 
 /// What `OPTIMIZE INDEX` does.
@@ -104,17 +132,22 @@ async fn replace_segments(
     Ok(rows)
 }
 
-/// Builds a whole index (one segment over every fragment) on `snapshot`. Returns the new
-/// definition and segment, uncommitted, and the fragments it read. Phases: "reading vectors"
-/// (rows), "k-means" (iterations), "PQ codebooks", "assigning rows", "writing index files".
-async fn build_full(
+/// Builds a whole index (one segment over every fragment) on `snapshot`, uncommitted.
+/// Phases: "reading vectors" (rows), "k-means" (iterations), "PQ codebooks", "assigning
+/// rows", "writing index files".
+///
+/// When the vectors fit the build budget ([`BuildOptions::memory_budget_bytes`], estimated
+/// from the fragments' physical rows by `in_memory_build_bytes`), they are loaded at once;
+/// otherwise the build streams ([`super::build_stream`]). Both make the same model and the
+/// same segment bytes (tested).
+pub async fn build(
     snapshot: &Snapshot,
     name: &str,
     column: &str,
     kind: IndexKind,
     opts: &BuildOptions,
     progress: &Progress,
-) -> Result<(IndexDef, NewSegment, BTreeSet<u64>)> {
+) -> Result<BuiltIndex> {
     let field = snapshot
         .schema
         .field_with_name(column)
@@ -128,17 +161,46 @@ async fn build_full(
         });
     };
     let fragments: BTreeSet<u64> = snapshot.manifest.fragments.iter().map(|f| f.id).collect();
-    let reading = progress.phase(
-        "reading vectors",
-        Some(build::physical_rows(snapshot, &fragments)),
-    );
+    let budget = opts
+        .memory_budget_bytes
+        .unwrap_or_else(default_budget_bytes);
+    let physical = build::physical_rows(snapshot, &fragments);
+    if in_memory_build_bytes(physical, dim) > budget as u64 {
+        let request = StreamBuild {
+            snapshot,
+            index: name,
+            column,
+            dim,
+            kind: &kind,
+            metric: opts.metric,
+            num_partitions: opts.num_partitions,
+            sample_size: opts.sample_size,
+            budget_bytes: budget,
+        };
+        let built = build_stream::build(request, &fragments, progress).await?;
+        let def = IndexDef {
+            name: name.to_string(),
+            column: column.to_string(),
+            kind,
+            metric: opts.metric,
+            num_partitions: built.partitions as u32,
+            model_file: built.model_file,
+            model_size_bytes: built.model_size_bytes,
+            created_at_version: snapshot.version(),
+        };
+        return Ok(BuiltIndex {
+            def,
+            segment: built.segment,
+            covered: fragments,
+            stats: built.stats,
+        });
+    }
+    let reading = progress.phase("reading vectors", Some(physical));
     let vectors = build::read_vectors(snapshot, column, &fragments, &reading).await?;
     reading.finish();
     let rows = vectors.addrs.len();
-    let partitions = opts
-        .num_partitions
-        .unwrap_or_else(|| ((rows as f64).sqrt() as usize).clamp(1, 1024));
-    let sample = opts.sample_size.unwrap_or(256 * partitions).max(partitions);
+    let partitions = build::partitions_for(rows, opts.num_partitions);
+    let sample = build::sample_size_for(partitions, opts.sample_size);
     let model = build::train(
         &vectors,
         dim,
@@ -155,6 +217,15 @@ async fn build_full(
     let assigning = progress.phase("assigning rows", Some(vectors.addrs.len() as u64));
     let parts = build::partition(&model, &vectors, &assigning);
     assigning.finish();
+    let stats = BuildStats {
+        streamed: false,
+        passes: 1,
+        groups: 1,
+        peak_bytes: vectors.addrs.len() * 8
+            + vectors.values.len() * 4
+            + parts.iter().map(|p| p.bytes()).sum::<usize>(),
+    };
+    std::mem::drop(vectors);
     let writing = progress.phase("writing index files", Some(2));
     let (model_file, model_size) = build::write_model(&snapshot.dir, name, &model).await?;
     writing.advance(1);
@@ -172,7 +243,12 @@ async fn build_full(
         model_size_bytes: model_size,
         created_at_version: snapshot.version(),
     };
-    Ok((def, segment, fragments))
+    Ok(BuiltIndex {
+        def,
+        segment,
+        covered: fragments,
+        stats,
+    })
 }
 
 /// Creates index `name` on `column` (one segment over every fragment). Returns the rows
@@ -191,7 +267,12 @@ pub async fn create(
             table: snapshot.name().to_string(),
         });
     }
-    let (def, segment, covered) = build_full(snapshot, name, column, kind, opts, progress).await?;
+    let BuiltIndex {
+        def,
+        segment,
+        covered,
+        ..
+    } = build(snapshot, name, column, kind, opts, progress).await?;
     let rows = segment.rows;
     let txn = index_txn(
         snapshot,
@@ -243,11 +324,13 @@ pub async fn ownerships(
 }
 
 /// Runs `OPTIMIZE INDEX name ... action`; returns the rows written into new segments.
+/// `memory_budget_bytes` bounds a RETRAIN as [`BuildOptions::memory_budget_bytes`] does.
 pub async fn optimize(
     snapshot: Snapshot,
     name: &str,
     action: Optimize,
     cache: &IndexCache,
+    memory_budget_bytes: Option<usize>,
     progress: &Progress,
 ) -> Result<u64> {
     let Some(def) = snapshot.manifest.index(name).cloned() else {
@@ -259,8 +342,14 @@ pub async fn optimize(
                 metric: def.metric,
                 num_partitions: Some(def.num_partitions as usize),
                 sample_size: None,
+                memory_budget_bytes,
             };
-            let (new_def, segment, covered) = build_full(
+            let BuiltIndex {
+                def: new_def,
+                segment,
+                covered,
+                ..
+            } = build(
                 &snapshot,
                 name,
                 &def.column,

@@ -16,6 +16,13 @@
 //! A segment's *coverage* (the fragments its file holds, `fragment_bitmap` in the manifest)
 //! and its *ownership* (the rows it may answer for, see [`super::ownership`]) are different
 //! sets: only ownership may be used to answer a query. Caching lives in [`super::cache`].
+//!
+//! Writing: [`encode`] makes a whole file in memory; [`SegmentEncoder`] checksums a file
+//! whose data section arrives in pieces (a streaming build, cut by [`groups`]) and makes
+//! the same bytes.
+
+mod encoder;
+pub mod groups;
 
 use std::ops::Range;
 
@@ -24,6 +31,8 @@ use object_store::ObjectStoreExt;
 
 use crate::format::integrity::crc32c;
 use crate::format::{FormatError, Result, TableDir};
+
+pub use encoder::SegmentEncoder;
 
 const MAGIC: &[u8; 8] = b"FVSEG002";
 /// Format 1, written before checksums: read unverified.
@@ -151,9 +160,16 @@ pub fn encode(partitions: &[Partition], row_width: usize) -> Vec<u8> {
         };
         index.push((start as u64, p.len() as u64, sums));
     }
+    append_footer(&mut out, row_width, &index);
+    out
+}
+
+/// Appends the footer describing `index` (per partition: offset, rows, checksums), its
+/// length and the end magic: everything after the data section.
+fn append_footer(out: &mut Vec<u8>, row_width: usize, index: &[(u64, u64, PartitionChecksum)]) {
     let footer_start = out.len();
     out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&(partitions.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(index.len() as u32).to_le_bytes());
     out.extend_from_slice(&(row_width as u32).to_le_bytes());
     for (offset, rows, sums) in index {
         out.extend_from_slice(&offset.to_le_bytes());
@@ -166,7 +182,6 @@ pub fn encode(partitions: &[Partition], row_width: usize) -> Vec<u8> {
     let footer_len = (out.len() - footer_start) as u64;
     out.extend_from_slice(&footer_len.to_le_bytes());
     out.extend_from_slice(END_MAGIC);
-    out
 }
 
 fn le_u32(bytes: &[u8]) -> u32 {

@@ -19,8 +19,9 @@ pub async fn create(
 ) -> Result<StatementResult> {
     let snapshot = session.latest_snapshot(table).await?;
     let progress = session.progress();
+    let budget = session.options().index_cache_bytes;
     StatementResult::count(
-        index_ops::create(snapshot, name, column, kind, options, &progress).await?,
+        index_ops::create(snapshot, name, column, kind, options, budget, &progress).await?,
     )
 }
 
@@ -45,5 +46,8 @@ pub async fn optimize(
     let snapshot = session.latest_snapshot(table).await?;
     let cache = session.schema.index_cache();
     let progress = session.progress();
-    StatementResult::count(index_ops::optimize(snapshot, name, action, cache, &progress).await?)
+    let budget = session.options().index_cache_bytes;
+    StatementResult::count(
+        index_ops::optimize(snapshot, name, action, cache, budget, &progress).await?,
+    )
 }

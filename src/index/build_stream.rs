@@ -1,0 +1,502 @@
+//! An index build whose memory is bounded by a byte budget (`fragvec.index_cache_bytes`): for
+//! tables whose vectors do not fit it, it streams the column several times instead of
+//! loading every vector (the in-memory build is in [`super::build`]; [`super::optimize`]
+//! chooses).
+//!
+//! Passes, each reading the column fragment by fragment in manifest order, batch by batch,
+//! skipping deleted rows and NULLs ([`build::scan_vectors`]):
+//! 1. **Sample** ("reading vectors"): every row is offered to a [`BottomK`] sized for an upper
+//!    bound of the rows (the fragments' live rows, NULLs included), and counted. k-means then
+//!    trains ("k-means", "PQ codebooks") on the bottom-k sample for the actual row count:
+//!    the rows an in-memory build of the same snapshot trains on (see [`super::sample`]), so
+//!    both builds make the same model.
+//! 2. **Assign** ("assigning rows"): every row's partition, on every core, with the
+//!    in-memory build's own assignment ([`build::assign_partitions`]); only a `u32` per row
+//!    and the partition sizes are kept.
+//! 3. **Write** ("writing index files": the model, then one unit per group): the segment's
+//!    data section is cut into groups of at most half the budget ([`plan_groups`]; at most
+//!    [`MAX_GROUPS`] groups, see there); each group
+//!    is one more pass collecting just its rows, ranked within their partition in row order
+//!    (so every partition lists its rows as the in-memory build does), checksummed by a
+//!    [`SegmentEncoder`] and appended to a multipart upload; then the footer. The file is the
+//!    one [`super::segment::encode`] makes for the in-memory build's partitions.
+//!
+//! Ordering: every pass must see the same rows in the same order. The snapshot's files are
+//! immutable, so they do; a pass that sees a different row count fails as
+//! [`IndexError::Build`] rather than write a wrong file.
+//!
+//! Memory, for a budget `B`: a group's bytes (≤ `B/2`, or one row when a row is larger, or
+//! 1/64 of the segment when that is more); a
+//! read batch of at most `B/16` of vector data, its live rows and their prepared copy; 4
+//! bytes per row (partition ids); during pass 1 and training, the sample (`sample_size` rows,
+//! two copies while training: k-means needs them all, so the sample is not cut to the
+//! budget). Outside the count: up to [`UPLOAD_BYTES`] of upload parts and the Parquet
+//! decoder's own buffers. [`BuildStats::peak_bytes`] reports the most held at once.
+//! IO: the column is read `2 + groups` times, groups ≈ 2 × segment bytes / `B` (≤ 64).
+
+use std::collections::BTreeSet;
+
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, WriteMultipart};
+
+use super::build::{self, LiveRows};
+use super::distance::Metric;
+use super::error::{IndexError, Result};
+use super::ivf::IvfModel;
+use super::sample::BottomK;
+use super::segment::SegmentEncoder;
+use super::segment::groups::{Block, Slice, plan_groups};
+use crate::format::commit::NewSegment;
+use crate::format::index_meta::IndexKind;
+use crate::format::progress::{Phase, Progress};
+use crate::format::store::random_tag;
+use crate::format::{FormatError, Snapshot};
+
+/// Bytes of each part of the segment's multipart upload (S3's smallest part is 5 MiB).
+pub const UPLOAD_PART_BYTES: usize = 5 * 1024 * 1024;
+
+/// Upload parts in flight before writing waits for one to finish.
+const PARTS_IN_FLIGHT: usize = 2;
+
+/// Most bytes of upload parts a streaming build holds: the parts in flight, one more started
+/// by a write, and the part being filled.
+pub const UPLOAD_BYTES: usize = (PARTS_IN_FLIGHT + 2) * UPLOAD_PART_BYTES;
+
+/// Most groups a segment is written in: a budget so small that half of it holds less than
+/// 1/64 of the segment is exceeded rather than the column read more than 66 times (a cache
+/// budget of 0, "cache nothing", must not make a build read the column once per row).
+const MAX_GROUPS: u64 = 64;
+
+/// Fewest physical rows a streaming read asks for at once, whatever the budget.
+const MIN_BATCH_ROWS: usize = 64;
+
+/// What a build did and held (for tests and diagnostics).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BuildStats {
+    /// Whether the build streamed (false: it held every vector at once).
+    pub streamed: bool,
+    /// Reads of the whole column.
+    pub passes: usize,
+    /// Groups the segment's data section was written in.
+    pub groups: usize,
+    /// The most bytes of vectors, samples, partitions, per-row ids and read batches held at
+    /// once (see the module docs for what is outside the count).
+    pub peak_bytes: usize,
+}
+
+/// A segment and model written by [`build`], uncommitted.
+#[derive(Debug)]
+pub struct StreamedIndex {
+    pub partitions: usize,
+    pub model_file: String,
+    pub model_size_bytes: u64,
+    pub segment: NewSegment,
+    pub stats: BuildStats,
+}
+
+/// The index to build and the budget to build it in.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamBuild<'a> {
+    pub snapshot: &'a Snapshot,
+    pub index: &'a str,
+    pub column: &'a str,
+    pub dim: usize,
+    pub kind: &'a IndexKind,
+    pub metric: Metric,
+    pub num_partitions: Option<usize>,
+    pub sample_size: Option<usize>,
+    pub budget_bytes: usize,
+}
+
+/// Bytes held now and the most held at once.
+#[derive(Debug, Default)]
+struct Held {
+    now: usize,
+    peak: usize,
+}
+
+impl Held {
+    fn hold(&mut self, bytes: usize) {
+        self.now += bytes;
+        self.peak = self.peak.max(self.now);
+    }
+
+    fn release(&mut self, bytes: usize) {
+        self.now = self.now.saturating_sub(bytes);
+    }
+
+    /// Something held only for a moment, on top of what is held.
+    fn touch(&mut self, bytes: usize) {
+        self.peak = self.peak.max(self.now + bytes);
+    }
+}
+
+/// Bytes of a batch being read: the column as read plus its live rows.
+fn batch_bytes(rows: &LiveRows<'_>) -> usize {
+    rows.read_bytes + rows.values.len() * 4 + rows.addrs.len() * 8
+}
+
+fn changed(index: &str) -> IndexError {
+    IndexError::Build {
+        index: index.to_string(),
+        reason: "the column's rows differ between two reads of one snapshot".into(),
+    }
+}
+
+/// Builds the model and one segment over `fragments` (ids) in passes (see the module docs).
+pub async fn build(
+    req: StreamBuild<'_>,
+    fragments: &BTreeSet<u64>,
+    progress: &Progress,
+) -> Result<StreamedIndex> {
+    let batch_rows = (req.budget_bytes / 16 / (req.dim.max(1) * 4))
+        .clamp(MIN_BATCH_ROWS, build::READ_BATCH_ROWS);
+    let scan = Scan {
+        req,
+        fragments,
+        batch_rows,
+    };
+    let mut held = Held::default();
+    let (model, rows) = scan.train(&mut held, progress).await?;
+    let (ids, sizes) = scan.assign(&model, rows, &mut held, progress).await?;
+    let row_width = model.pq.as_ref().map_or(req.dim * 4, |pq| pq.sub_vectors);
+    let data_bytes = rows as u64 * (8 + row_width as u64);
+    let groups = plan_groups(
+        &sizes,
+        row_width,
+        group_bytes(req.budget_bytes, data_bytes, row_width),
+    );
+    let writing = progress.phase("writing index files", Some(1 + groups.len() as u64));
+    let (model_file, model_size_bytes) =
+        build::write_model(&req.snapshot.dir, req.index, &model).await?;
+    writing.advance(1);
+    let writer = SegmentWriter {
+        scan,
+        model: &model,
+        ids: &ids,
+        row_width,
+    };
+    let (file, size_bytes) = writer.write(&groups, &sizes, &mut held, &writing).await?;
+    writing.finish();
+    Ok(StreamedIndex {
+        partitions: model.partitions(),
+        model_file,
+        model_size_bytes,
+        segment: NewSegment {
+            file,
+            size_bytes,
+            rows: rows as u64,
+            fragment_bitmap: fragments.clone(),
+        },
+        stats: BuildStats {
+            streamed: true,
+            passes: 2 + groups.len(),
+            groups: groups.len(),
+            peak_bytes: held.peak,
+        },
+    })
+}
+
+/// Bytes of each group of a segment whose data section has `data_bytes` and whose rows
+/// have `row_width` payload bytes: half the budget, unless that would take more than
+/// [`MAX_GROUPS`] passes. (A full group wastes less than one row of a block, so groups of
+/// `data_bytes / MAX_GROUPS` plus the widest block row are at most [`MAX_GROUPS`].)
+fn group_bytes(budget: usize, data_bytes: u64, row_width: usize) -> usize {
+    let widest = row_width.max(8) as u64;
+    let fewest = data_bytes.div_ceil(MAX_GROUPS).saturating_add(widest);
+    (budget / 2).max(usize::try_from(fewest).unwrap_or(usize::MAX))
+}
+
+/// The column of the snapshot to read, and how.
+#[derive(Clone, Copy)]
+struct Scan<'a> {
+    req: StreamBuild<'a>,
+    fragments: &'a BTreeSet<u64>,
+    batch_rows: usize,
+}
+
+impl Scan<'_> {
+    fn build_error(&self, reason: String) -> IndexError {
+        IndexError::Build {
+            index: self.req.index.to_string(),
+            reason,
+        }
+    }
+
+    /// Pass 1: the training sample, then k-means on it. Returns the model and the rows (live,
+    /// non-NULL) of the column.
+    async fn train(&self, held: &mut Held, progress: &Progress) -> Result<(IvfModel, usize)> {
+        let StreamBuild {
+            snapshot,
+            column,
+            dim,
+            ..
+        } = self.req;
+        // The live rows (NULLs included) bound the rows, so the sample for them holds the
+        // sample for the rows (see `super::sample`).
+        let upper_bound: u64 = snapshot
+            .manifest
+            .fragments
+            .iter()
+            .filter(|f| self.fragments.contains(&f.id))
+            .map(|f| f.live_rows())
+            .sum();
+        let upper_bound = usize::try_from(upper_bound).unwrap_or(usize::MAX);
+        let capacity = build::sample_size_for(
+            build::partitions_for(upper_bound, self.req.num_partitions),
+            self.req.sample_size,
+        );
+        let mut sample = BottomK::new(capacity, dim);
+        let reading = progress.phase(
+            "reading vectors",
+            Some(build::physical_rows(snapshot, self.fragments)),
+        );
+        let fragments = self.fragments;
+        build::scan_vectors(
+            snapshot,
+            column,
+            fragments,
+            self.batch_rows,
+            &reading,
+            |rows| {
+                for (addr, v) in rows.addrs.iter().zip(rows.values.chunks_exact(dim)) {
+                    sample.offer(*addr, v);
+                }
+                held.touch(sample.bytes() + batch_bytes(&rows));
+                Ok::<_, IndexError>(())
+            },
+        )
+        .await?;
+        reading.finish();
+        let rows = usize::try_from(sample.offered()).map_err(|_| changed(self.req.index))?;
+        let partitions = build::partitions_for(rows, self.req.num_partitions);
+        let sample = sample.into_sample(build::sample_size_for(partitions, self.req.sample_size));
+        // The sample and the prepared copy k-means trains on.
+        held.touch(sample.len() * 8);
+        let kind = self.req.kind;
+        let model =
+            build::train_on_sample(&sample, dim, self.req.metric, kind, partitions, progress)
+                .map_err(|reason| self.build_error(reason))?;
+        Ok((model, rows))
+    }
+
+    /// Pass 2: the partition of each of the `rows` rows, in scan order, and the rows of each
+    /// partition.
+    async fn assign(
+        &self,
+        model: &IvfModel,
+        rows: usize,
+        held: &mut Held,
+        progress: &Progress,
+    ) -> Result<(Vec<u32>, Vec<u64>)> {
+        let index = self.req.index;
+        let mut ids: Vec<u32> = Vec::new();
+        ids.try_reserve_exact(rows).map_err(|_| {
+            self.build_error(format!(
+                "cannot hold a partition id for each of {rows} rows"
+            ))
+        })?;
+        held.hold(ids.capacity() * 4);
+        let mut sizes = vec![0u64; model.partitions()];
+        let assigning = progress.phase("assigning rows", Some(rows as u64));
+        let unreported = Progress::none().phase("", None);
+        let StreamBuild {
+            snapshot, column, ..
+        } = self.req;
+        let fragments = self.fragments;
+        build::scan_vectors(
+            snapshot,
+            column,
+            fragments,
+            self.batch_rows,
+            &unreported,
+            |batch| {
+                if batch.addrs.is_empty() {
+                    return Ok(());
+                }
+                let assigned = build::assign_partitions(model, batch.values);
+                if ids.len() + assigned.len() > rows {
+                    return Err(changed(index));
+                }
+                for &p in &assigned {
+                    sizes[p as usize] += 1;
+                }
+                ids.extend_from_slice(&assigned);
+                // The batch, its prepared copy and the assignment scratch.
+                held.touch(batch_bytes(&batch) + batch.values.len() * 4 + batch.addrs.len() * 12);
+                assigning.advance(batch.addrs.len() as u64);
+                Ok::<_, IndexError>(())
+            },
+        )
+        .await?;
+        assigning.finish();
+        if ids.len() != rows {
+            return Err(changed(index));
+        }
+        Ok((ids, sizes))
+    }
+}
+
+/// Writes the segment file, one pass per group.
+struct SegmentWriter<'a> {
+    scan: Scan<'a>,
+    model: &'a IvfModel,
+    /// Every row's partition, in scan order.
+    ids: &'a [u32],
+    row_width: usize,
+}
+
+impl SegmentWriter<'_> {
+    /// Writes the segment of `sizes` rows per partition in `groups` through a multipart
+    /// upload (aborted on failure); advances `writing` once per group. Returns the file
+    /// (relative to the table) and its size.
+    async fn write(
+        &self,
+        groups: &[Vec<Slice>],
+        sizes: &[u64],
+        held: &mut Held,
+        writing: &Phase,
+    ) -> Result<(String, u64)> {
+        let dir = &self.scan.req.snapshot.dir;
+        let relative = format!("_indexes/{}/{}.seg", self.scan.req.index, random_tag());
+        let path = dir.path(&relative);
+        let upload = dir
+            .store()
+            .put_multipart(&path)
+            .await
+            .map_err(|e| FormatError::store(&path, e))?;
+        let mut upload = WriteMultipart::new_with_chunk_size(upload, UPLOAD_PART_BYTES);
+        let written: Result<u64> = async {
+            let mut encoder = SegmentEncoder::new(sizes, self.row_width);
+            for group in groups {
+                let buffers = self.collect(group, held).await?;
+                for buffer in &buffers {
+                    encoder
+                        .push(buffer)
+                        .map_err(|reason| self.scan.build_error(reason))?;
+                    upload_bytes(&mut upload, buffer, &path).await?;
+                }
+                held.release(buffers.iter().map(Vec::capacity).sum());
+                writing.advance(1);
+            }
+            let data_bytes = encoder.written();
+            let footer = encoder
+                .finish()
+                .map_err(|reason| self.scan.build_error(reason))?;
+            upload_bytes(&mut upload, &footer, &path).await?;
+            Ok(data_bytes + footer.len() as u64)
+        }
+        .await;
+        match written {
+            Ok(size) => {
+                upload
+                    .finish()
+                    .await
+                    .map_err(|e| FormatError::store(&path, e))?;
+                Ok((relative, size))
+            }
+            Err(e) => {
+                // The partial upload is discarded; the error that stopped it is the one to
+                // report.
+                let _ = upload.abort().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// One pass over the column collecting the bytes of each slice of `group`, in the
+    /// group's order.
+    async fn collect(&self, group: &[Slice], held: &mut Held) -> Result<Vec<Vec<u8>>> {
+        let (Some(first), Some(last)) = (group.first(), group.last()) else {
+            return Ok(Vec::new());
+        };
+        let (first, last) = (first.partition, last.partition);
+        let index = self.scan.req.index;
+        let dim = self.scan.req.dim;
+        // Per partition of the group: which slice takes its addresses, which its payload.
+        let mut slices = vec![[None, None]; last - first + 1];
+        for (i, s) in group.iter().enumerate() {
+            let block = match s.block {
+                Block::Addrs => 0,
+                Block::Payload => 1,
+            };
+            slices[s.partition - first][block] = Some(i);
+        }
+        let mut buffers: Vec<Vec<u8>> = group
+            .iter()
+            .map(|s| Vec::with_capacity(s.bytes(self.row_width) as usize))
+            .collect();
+        held.hold(buffers.iter().map(Vec::capacity).sum());
+        // Rows of each partition of the group seen so far: the next row's rank.
+        let mut ranks = vec![0u64; last - first + 1];
+        let mut position = 0usize;
+        // PQ: the rows whose codes this batch owes, and their vectors.
+        let mut owed: Vec<usize> = Vec::new();
+        let mut owed_values: Vec<f32> = Vec::new();
+        let unreported = Progress::none().phase("", None);
+        build::scan_vectors(
+            self.scan.req.snapshot,
+            self.scan.req.column,
+            self.scan.fragments,
+            self.scan.batch_rows,
+            &unreported,
+            |batch| {
+                owed.clear();
+                owed_values.clear();
+                for (j, addr) in batch.addrs.iter().enumerate() {
+                    let p = *self.ids.get(position).ok_or_else(|| changed(index))? as usize;
+                    position += 1;
+                    if p < first || p > last {
+                        continue;
+                    }
+                    let rank = ranks[p - first];
+                    ranks[p - first] += 1;
+                    let [addrs_slice, payload_slice] = slices[p - first];
+                    if let Some(i) = addrs_slice.filter(|&i| group[i].rows.contains(&rank)) {
+                        buffers[i].extend_from_slice(&addr.to_le_bytes());
+                    }
+                    if let Some(i) = payload_slice.filter(|&i| group[i].rows.contains(&rank)) {
+                        let v = &batch.values[j * dim..(j + 1) * dim];
+                        if self.model.pq.is_some() {
+                            owed.push(i);
+                            owed_values.extend_from_slice(v);
+                        } else {
+                            for x in v {
+                                buffers[i].extend_from_slice(&x.to_le_bytes());
+                            }
+                        }
+                    }
+                }
+                if !owed.is_empty() {
+                    let codes = build::pq_codes(self.model, &owed_values);
+                    for (i, code) in owed.iter().zip(codes.chunks_exact(self.row_width)) {
+                        buffers[*i].extend_from_slice(code);
+                    }
+                }
+                held.touch(batch_bytes(&batch) + owed_values.capacity() * 4 * 2);
+                Ok::<_, IndexError>(())
+            },
+        )
+        .await?;
+        let complete = group
+            .iter()
+            .zip(&buffers)
+            .all(|(s, b)| b.len() as u64 == s.bytes(self.row_width));
+        if position != self.ids.len() || !complete {
+            return Err(changed(index));
+        }
+        Ok(buffers)
+    }
+}
+
+/// Appends `bytes` to the upload, waiting whenever [`PARTS_IN_FLIGHT`] parts are in flight.
+async fn upload_bytes(writer: &mut WriteMultipart, bytes: &[u8], path: &Path) -> Result<()> {
+    for chunk in bytes.chunks(UPLOAD_PART_BYTES) {
+        writer
+            .wait_for_capacity(PARTS_IN_FLIGHT)
+            .await
+            .map_err(|e| FormatError::store(path, e))?;
+        writer.write(chunk);
+    }
+    Ok(())
+}
