@@ -64,6 +64,44 @@ pub struct KnownShape {
     pub bindings: Vec<usize>,
 }
 
+/// What one full run of a statement learnt about its plan (filled by the query path when the
+/// run used or kept a cached plan; read by `engine::statements::shapes`).
+#[derive(Debug, Default)]
+pub struct ShapeNote(Mutex<Option<Learnt>>);
+
+/// See [`ShapeNote::learnt`].
+#[derive(Debug)]
+pub struct Learnt {
+    pub plan_key: String,
+    pub options: String,
+    pub versions: Vec<(String, u64)>,
+    pub params: Vec<Vec<f64>>,
+}
+
+impl ShapeNote {
+    /// The run used the plan kept under `plan_key`, made under `options`, reading the
+    /// `versions` its tables were pinned to, with vector parameters `params`.
+    pub fn learnt(
+        &self,
+        plan_key: &str,
+        options: &str,
+        versions: &[(String, u64)],
+        params: &[Vec<f64>],
+    ) {
+        *self.0.lock().expect("shape note") = Some(Learnt {
+            plan_key: plan_key.to_string(),
+            options: options.to_string(),
+            versions: versions.to_vec(),
+            params: params.to_vec(),
+        });
+    }
+
+    /// What the run learnt, if it used or kept a plan.
+    pub fn into_learnt(self) -> Option<Learnt> {
+        self.0.into_inner().ok().flatten()
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct PlanCache {
     plans: Mutex<HashMap<String, CachedPlan>>,

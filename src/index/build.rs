@@ -29,8 +29,9 @@ use crate::ledger::ids::row_address;
 /// segment's footer lists every partition, so a typo like 1,000,000 must not be built.
 pub const MAX_PARTITIONS: usize = 65536;
 
-/// Seed of every k-means run, so builds are reproducible.
-pub const SEED: u64 = 0x5eed_f4a9;
+/// Seed of every k-means run and of the training sample, so builds are reproducible
+/// (defined with the sample, which sits below the build).
+pub use super::sample::SEED;
 
 /// Most Lloyd iterations when training IVF centroids: faiss trains its IVF quantizer with
 /// 10 as well; later iterations move centroids little and cost a full pass over the sample

@@ -17,7 +17,9 @@
 
 use std::collections::BinaryHeap;
 
-use super::build::SEED;
+/// Seed of every index build's random choices: this sample's keys and the k-means runs
+/// (`build::SEED`), so builds are reproducible.
+pub const SEED: u64 = 0x5eed_f4a9;
 
 /// The sample key of the row at `addr`: SplitMix64's finaliser of `addr ^ SEED`, a bijection,
 /// so distinct rows never tie.

@@ -79,7 +79,7 @@ impl FragvecSession {
         sql: &str,
         statement: FragvecStatement,
     ) -> Result<StatementResult> {
-        let note = shapes::ShapeNote::default();
+        let note = crate::engine::plan_cache::ShapeNote::default();
         let result = self.execute_noting(statement, Some(&note)).await?;
         shapes::remember(self, sql, note);
         Ok(result)
@@ -116,7 +116,7 @@ impl FragvecSession {
     async fn execute_noting(
         &self,
         statement: FragvecStatement,
-        note: Option<&shapes::ShapeNote>,
+        note: Option<&crate::engine::plan_cache::ShapeNote>,
     ) -> Result<StatementResult> {
         self.apply_version_check();
         if !reads_only(&statement) {
@@ -181,7 +181,7 @@ impl FragvecSession {
     async fn execute_datafusion(
         &self,
         statement: DFStatement,
-        note: Option<&shapes::ShapeNote>,
+        note: Option<&crate::engine::plan_cache::ShapeNote>,
     ) -> Result<StatementResult> {
         let statement = match statement {
             DFStatement::Statement(s) => match *s {

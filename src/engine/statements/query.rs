@@ -22,9 +22,8 @@ use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{Statement, TableObject};
 
 use crate::engine::ivf_bind;
-use crate::engine::plan_cache::{self, CachedPlan};
+use crate::engine::plan_cache::{self, CachedPlan, ShapeNote};
 use crate::engine::session::{FragvecSession, StatementResult};
-use crate::engine::statements::shapes::ShapeNote;
 use crate::sql::{FragvecStatement, knn_call, parse_statements, pin, vector_params};
 
 /// Plans and runs a statement fragvec does not intercept.

@@ -11,46 +11,12 @@
 //! (each table's newest version is checked as the full path checks it); anything else takes
 //! the full path, which also reports any error the text has.
 
-use std::sync::Mutex;
-
 use datafusion::common::Result;
 
 use super::query::{collect_physical, same_table_state};
-use crate::engine::plan_cache::{self, KnownShape};
+use crate::engine::plan_cache::{self, KnownShape, ShapeNote};
 use crate::engine::session::{FragvecSession, StatementResult};
 use crate::sql::vector_shape::{Shape, shape_of};
-
-/// What one full run of a statement learnt about its plan (filled by the query path when the
-/// run used or kept a cached plan).
-#[derive(Debug, Default)]
-pub struct ShapeNote(Mutex<Option<Learnt>>);
-
-#[derive(Debug)]
-struct Learnt {
-    plan_key: String,
-    options: String,
-    versions: Vec<(String, u64)>,
-    params: Vec<Vec<f64>>,
-}
-
-impl ShapeNote {
-    /// The run used the plan kept under `plan_key`, made under `options`, reading the
-    /// `versions` its tables were pinned to, with vector parameters `params`.
-    pub fn learnt(
-        &self,
-        plan_key: &str,
-        options: &str,
-        versions: &[(String, u64)],
-        params: &[Vec<f64>],
-    ) {
-        *self.0.lock().expect("shape note") = Some(Learnt {
-            plan_key: plan_key.to_string(),
-            options: options.to_string(),
-            versions: versions.to_vec(),
-            params: params.to_vec(),
-        });
-    }
-}
 
 /// The parser dialect `sql` is parsed in now.
 fn dialect(session: &FragvecSession) -> String {
@@ -72,7 +38,7 @@ fn same_bits(a: &[f64], b: &[f64]) -> bool {
 /// list is one of the run's vector parameters (the same vector written twice is one
 /// parameter) and every parameter was written as a masked list.
 pub fn remember(session: &FragvecSession, sql: &str, note: ShapeNote) {
-    let Some(learnt) = note.0.into_inner().ok().flatten() else {
+    let Some(learnt) = note.into_learnt() else {
         return;
     };
     let Some(Shape { text, lists }) = shape_of(sql) else {
