@@ -36,12 +36,13 @@ impl FragvecSession {
     /// Runs every statement in `sql`, in order, and returns their results. Stops at the first
     /// error, which names the statement's position when there are several.
     pub async fn sql(&self, sql: &str) -> Result<Vec<StatementResult>> {
-        if let Some(r) = shapes::run_known(self, sql).await? {
+        let shape = shapes::of(sql);
+        if let Some(r) = shapes::run_known(self, shape.as_ref()).await? {
             return Ok(vec![r]);
         }
         let mut statements = self.parse(sql)?;
         if statements.len() == 1 {
-            return Ok(vec![self.run_learning(sql, statements.remove(0)).await?]);
+            return Ok(vec![self.run_learning(shape, statements.remove(0)).await?]);
         }
         let many = statements.len() > 1;
         let mut results = Vec::with_capacity(statements.len());
@@ -62,26 +63,27 @@ impl FragvecSession {
 
     /// Runs one statement of `sql` and returns its result.
     pub async fn sql_one(&self, sql: &str) -> Result<StatementResult> {
-        if let Some(r) = shapes::run_known(self, sql).await? {
+        let shape = shapes::of(sql);
+        if let Some(r) = shapes::run_known(self, shape.as_ref()).await? {
             return Ok(r);
         }
         let mut statements = self.parse(sql)?;
         if statements.len() != 1 {
             return plan_err!("expected one statement, found {}", statements.len());
         }
-        self.run_learning(sql, statements.remove(0)).await
+        self.run_learning(shape, statements.remove(0)).await
     }
 
-    /// Runs the one statement of `sql`, remembering its shape when it ran on a kept plan
-    /// (see [`shapes`]).
+    /// Runs the one statement of a text of `shape`, remembering the shape when the statement
+    /// ran on a kept plan (see [`shapes`]).
     async fn run_learning(
         &self,
-        sql: &str,
+        shape: Option<crate::sql::vector_shape::Shape>,
         statement: FragvecStatement,
     ) -> Result<StatementResult> {
         let note = crate::engine::plan_cache::ShapeNote::default();
         let result = self.execute_noting(statement, Some(&note)).await?;
-        shapes::remember(self, sql, note);
+        shapes::remember(self, shape, note);
         Ok(result)
     }
 

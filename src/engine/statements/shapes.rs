@@ -37,11 +37,11 @@ fn same_bits(a: &[f64], b: &[f64]) -> bool {
 /// Remembers the shape of `sql` after a full run that filled `note`: only when every masked
 /// list is one of the run's vector parameters (the same vector written twice is one
 /// parameter) and every parameter was written as a masked list.
-pub fn remember(session: &FragvecSession, sql: &str, note: ShapeNote) {
+pub fn remember(session: &FragvecSession, shape: Option<Shape>, note: ShapeNote) {
     let Some(learnt) = note.into_learnt() else {
         return;
     };
-    let Some(Shape { text, lists }) = shape_of(sql) else {
+    let Some(Shape { text, lists }) = shape else {
         return;
     };
     let Some(bindings) = lists
@@ -69,25 +69,34 @@ pub fn remember(session: &FragvecSession, sql: &str, note: ShapeNote) {
 
 /// The parameters a text of a known shape binds: list `i` is parameter `bindings[i]`;
 /// `None` when lists bound to one parameter now differ (the full path would make two).
-fn parameters(known: &KnownShape, lists: Vec<Vec<f64>>) -> Option<Vec<Vec<f64>>> {
+fn parameters(known: &KnownShape, lists: &[Vec<f64>]) -> Option<Vec<Vec<f64>>> {
     let count = known.bindings.iter().max().map_or(0, |m| m + 1);
     let mut params: Vec<Option<Vec<f64>>> = vec![None; count];
-    for (list, &p) in lists.into_iter().zip(&known.bindings) {
+    for (list, &p) in lists.iter().zip(&known.bindings) {
         match &params[p] {
-            Some(seen) if !same_bits(seen, &list) => return None,
+            Some(seen) if !same_bits(seen, list) => return None,
             Some(_) => {}
-            None => params[p] = Some(list),
+            None => params[p] = Some(list.clone()),
         }
     }
     params.into_iter().collect()
 }
 
-/// Runs `sql` on the kept plan of its shape, or `None` when the full path must run it.
-pub async fn run_known(session: &FragvecSession, sql: &str) -> Result<Option<StatementResult>> {
-    let Some(Shape { text, lists }) = shape_of(sql) else {
+/// The shape of a statement text (computed once per text: looked up, then remembered).
+pub fn of(sql: &str) -> Option<Shape> {
+    shape_of(sql)
+}
+
+/// Runs a text of `shape` on the kept plan of the shape, or `None` when the full path must
+/// run it.
+pub async fn run_known(
+    session: &FragvecSession,
+    shape: Option<&Shape>,
+) -> Result<Option<StatementResult>> {
+    let Some(Shape { text, lists }) = shape else {
         return Ok(None);
     };
-    let Some(known) = session.plans.shape(&text) else {
+    let Some(known) = session.plans.shape(text) else {
         return Ok(None);
     };
     session.apply_version_check();
