@@ -699,15 +699,19 @@ async fn reused_plans_answer_each_vector_exactly() {
             indexed.push(got);
         }
         assert!(s.plans_reused() > 0, "round {round}: no plan was reused");
-        s.sql("SET fragvec.exact = true").await.unwrap();
         for (v, got) in vectors.iter().zip(&indexed) {
-            let mut want = scan(&s, &query(v)).await;
+            // A sort on two keys is not a KNN query: a full scan and sort, independent of the
+            // index (an exact search over an IVF_FLAT index reads its segments).
+            let reference = format!(
+                "SELECT id, CAST(l2_distance(v, {v}) * 1000 AS BIGINT) AS d FROM t \
+                 WHERE id % 3 <> 1 ORDER BY l2_distance(v, {v}), id LIMIT 5"
+            );
+            let mut want = scan(&s, &reference).await;
             want.sort_by_key(|(id, d)| (*d, *id));
             // Ties at the k-th distance may pick different ids; distances must agree.
             let d = |r: &Vec<(i64, i64)>| r.iter().map(|x| x.1).collect::<Vec<_>>();
             assert_eq!(d(got), d(&want), "round {round}, {v}");
         }
-        s.sql("SET fragvec.exact = false").await.unwrap();
         // A new version: the next round plans (and caches) again.
         s.sql("DELETE FROM t WHERE id % 10 = 0").await.unwrap();
     }
@@ -888,4 +892,63 @@ async fn known_ivf_partitions_equal_computed_ones() {
         }
     }
     assert_eq!(compared, 200 - 23 + 1);
+}
+
+/// `SET fragvec.exact = true` over an IVF_FLAT index scores every row exactly by reading
+/// every partition of its segments (raw vectors, no Parquet decoding); rows no segment owns
+/// come from the data files. Over an IVF_PQ index (codes, not vectors) it scores the data
+/// files. Either way the answer equals a full scan and sort.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exact_search_reads_flat_segments_and_equals_a_full_sort() {
+    let (_tmp, s) = scratch_session().await;
+    s.sql(
+        "CREATE TABLE t (id BIGINT, v VECTOR(8)); \
+         INSERT INTO t SELECT value, [value % 11, value % 7, value % 5, value % 3, value % 13, \
+             value % 2, value % 17, value % 4] FROM generate_series(0, 9999); \
+         CREATE VECTOR INDEX i ON t (v) USING IVF_FLAT WITH (num_partitions = 8); \
+         DELETE FROM t WHERE id % 9 = 0; \
+         INSERT INTO t SELECT value, [value % 3, value % 5, 1, 2, 3, 4, 5, 6] \
+             FROM generate_series(20000, 20099); \
+         SET fragvec.nprobes = 1; SET fragvec.exact = true",
+    )
+    .await
+    .unwrap();
+    let v = "[3.5, 2, 1, 0.5, 6, 1, 8, 2]";
+    let knn = format!(
+        "SELECT id, CAST(l2_distance(v, {v}) * 1000 AS BIGINT) AS d FROM t \
+         WHERE id % 4 <> 1 ORDER BY l2_distance(v, {v}) LIMIT 9"
+    );
+    let sorted = format!(
+        "SELECT id, CAST(l2_distance(v, {v}) * 1000 AS BIGINT) AS d FROM t \
+         WHERE id % 4 <> 1 ORDER BY l2_distance(v, {v}), id LIMIT 9"
+    );
+    let distances = |r: Vec<(i64, i64)>| {
+        let mut d: Vec<i64> = r.into_iter().map(|x| x.1).collect();
+        d.sort_unstable();
+        d
+    };
+    let analyze = |s: &FragvecSession, q: String| {
+        let s = s.clone();
+        async move {
+            let r = s.sql_one(&format!("EXPLAIN ANALYZE {q}")).await.unwrap();
+            datafusion::arrow::util::pretty::pretty_format_batches(&r.batches)
+                .unwrap()
+                .to_string()
+        }
+    };
+    let want = distances(scan(&s, &sorted).await);
+    assert_eq!(distances(scan(&s, &knn).await), want);
+    let plan = analyze(&s, knn.clone()).await;
+    assert!(plan.contains("partitions_probed=8"), "{plan}");
+    assert!(plan.contains("rows_from_unindexed_fragments=100"), "{plan}");
+
+    s.sql(
+        "DROP INDEX i ON t; CREATE VECTOR INDEX i ON t (v) USING IVF_PQ \
+           WITH (num_partitions = 8, num_sub_vectors = 2)",
+    )
+    .await
+    .unwrap();
+    assert_eq!(distances(scan(&s, &knn).await), want);
+    let plan = analyze(&s, knn).await;
+    assert!(plan.contains("partitions_probed=0"), "{plan}");
 }

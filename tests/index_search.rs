@@ -220,7 +220,10 @@ impl<'a> Query<'a> {
 }
 
 async fn run(snap: &Snapshot, query: &Query<'_>) -> KnnAnswer {
-    let cache = IndexCache::new(64 << 20);
+    run_in(snap, query, &IndexCache::new(64 << 20)).await
+}
+
+async fn run_in(snap: &Snapshot, query: &Query<'_>, cache: &IndexCache) -> KnnAnswer {
     let index = snap.manifest.index("i").cloned();
     let request = KnnRequest {
         snapshot: snap,
@@ -234,7 +237,7 @@ async fn run(snap: &Snapshot, query: &Query<'_>) -> KnnAnswer {
         mask: query.mask,
         undefined_first: query.undefined_first,
     };
-    search(request, &cache).await.unwrap()
+    search(request, cache).await.unwrap()
 }
 
 fn got(answer: &KnnAnswer) -> Vec<(f32, u64)> {
@@ -656,4 +659,81 @@ async fn a_query_of_the_wrong_dimension_is_an_error_naming_the_column() {
         err.contains("2 dimensions") && err.contains("'emb'"),
         "{err}"
     );
+}
+
+/// Probing every partition (what an exact search over IVF_FLAT does) with a cache budget far
+/// below the segment's size: the partitions are scored in many small groups, never kept, and
+/// the answer, with the winners' vectors, equals the reference — after deletions, under a
+/// mask, and with rows moved by a compaction and rows no segment owns.
+#[tokio::test]
+async fn probing_every_partition_in_small_groups_is_exact_and_keeps_nothing() {
+    let (snap, mut rng) = indexed_table(IndexKind::IvfFlat, Metric::L2).await;
+    let victims: Vec<u64> = live_rows(&snap)
+        .await
+        .into_iter()
+        .filter(|(_, id, _)| id % 7 == 0)
+        .map(|(a, _, _)| a)
+        .collect();
+    let deleted = delete(&snap, &victims).await;
+    let segment_bytes: u64 = deleted
+        .manifest
+        .segments_of("i")
+        .map(|s| s.size_bytes)
+        .sum();
+    // 256 KiB: groups of 64 KiB, while the segment holds 9000 rows × 40 bytes.
+    let budget = 256 << 10;
+    assert!(segment_bytes > budget as u64 * 5 / 4, "{segment_bytes}");
+    let options = CompactionOptions {
+        target_rows_per_fragment: 1500,
+        max_rows_per_fragment: 1500,
+        deletion_threshold: 0.1,
+        ..Default::default()
+    };
+    let (compacted, _) = compact(&deleted, &options, &Progress::none())
+        .await
+        .unwrap();
+    let moved = append(&compacted, rows(20_000, 300, &mut rng, &HashSet::new())).await;
+    for (name, snap) in [("deleted", &deleted), ("compacted + appended", &moved)] {
+        let live = live_rows(snap).await;
+        let mask: RoaringTreemap = live
+            .iter()
+            .filter(|(_, id, _)| id % 5 != 0)
+            .map(|(a, _, _)| *a)
+            .collect();
+        for (blob, mask) in [(1, None), (6, Some(&mask))] {
+            let q = query_near(blob);
+            let query = Query {
+                mask,
+                nprobes: usize::MAX,
+                ..Query::new(&q)
+            };
+            let cache = IndexCache::new(budget);
+            let answer = run_in(snap, &query, &cache).await;
+            let want = reference(snap, &q, Metric::L2, 10, mask).await;
+            assert_eq!(got(&answer), want, "{name}, blob {blob}");
+            assert_eq!(answer.stats.partitions_probed, BLOBS, "{name}");
+            for c in &answer.candidates {
+                let row = live.iter().find(|r| r.0 == c.addr).unwrap();
+                if let Some(v) = answer.vectors.get(&c.addr) {
+                    assert_eq!(Some(v), row.2.as_ref(), "{name}: vector of {}", c.addr);
+                }
+            }
+            if name == "deleted" {
+                // Every winner came from the segment, and its vector with it.
+                assert_eq!(answer.vectors.len(), 10, "{name}");
+                assert_eq!(
+                    cache.bytes_held(),
+                    0,
+                    "a scan larger than the budget kept partitions"
+                );
+            }
+            // A search probing a few partitions keeps them (within the budget).
+            let few = Query {
+                nprobes: 2,
+                ..query
+            };
+            run_in(snap, &few, &cache).await;
+            assert!(cache.bytes_held() > 0, "{name}");
+        }
+    }
 }

@@ -87,16 +87,13 @@ pub fn scale_up_leaf(ev: ScaleUpLeafNodeEvent<'_>) -> Option<Result<ScaleUpLeafN
     )
 }
 
-/// The index a KNN search will use: none under `SET fragvec.exact = true`.
+/// The index a KNN search will use ([`crate::engine::knn::searched_index`]: under `SET fragvec.exact = true`,
+/// an IVF_FLAT index with every partition probed, else none).
 fn searched_index<'a>(knn: &'a KnnExec, config: &SessionConfig) -> Option<&'a str> {
     let exact = config
         .options()
         .extensions
         .get::<FragvecOptions>()
         .is_some_and(|o| o.exact);
-    if exact {
-        None
-    } else {
-        knn.index().map(|i| i.name.as_str())
-    }
+    crate::engine::knn::searched_index(knn.index(), exact).map(|i| i.name.as_str())
 }

@@ -46,7 +46,7 @@ use super::options::FragvecOptions;
 use super::scan::{
     FragmentScanExec, ROW_ADDR, ROW_ID, ScanSpec, VirtualColumns, filter_fragment_rows,
 };
-use crate::format::index_meta::IndexDef;
+use crate::format::index_meta::{IndexDef, IndexKind};
 use crate::index::cache::IndexCache;
 use crate::index::distance::Metric;
 use crate::index::knn::{self, KnnRequest, KnnShare, KnnStats, rows::RowReader};
@@ -261,10 +261,11 @@ impl ExecutionPlan for KnnExec {
             .cloned()
             .unwrap_or_default();
         self.cache.set_budget(options.index_cache_bytes);
+        let (index, query) = exact_plan(self.index.as_ref(), &self.query, options.exact);
         let run = KnnRun {
             scan: self.scan.clone(),
-            query: self.query.clone(),
-            index: (!options.exact).then(|| self.index.clone()).flatten(),
+            query,
+            index,
             share: self.share.clone(),
             refine_factor: options.refine_factor,
             cache: self.cache.clone(),
@@ -278,6 +279,31 @@ impl ExecutionPlan for KnnExec {
             stream,
         )))
     }
+}
+
+/// The index an execution searches under `fragvec.exact = exact`. An exact search over an
+/// IVF_FLAT index still reads its segments, probing every partition: they hold each indexed
+/// row's vector as raw floats, read by range without decoding Parquet, and every owned row is
+/// scored exactly by the same kernels; only rows no segment owns are read from the data
+/// files. IVF_PQ segments hold codes, not vectors: an exact search there scores the data
+/// files. (The distributed planner splits a search by the same answer.)
+pub fn searched_index(index: Option<&IndexDef>, exact: bool) -> Option<&IndexDef> {
+    index.filter(|i| !exact || i.kind == IndexKind::IvfFlat)
+}
+
+/// The index and query an execution uses: [`searched_index`], and under `exact` every
+/// partition of it probed.
+fn exact_plan(
+    index: Option<&IndexDef>,
+    query: &KnnQuery,
+    exact: bool,
+) -> (Option<IndexDef>, KnnQuery) {
+    let index = searched_index(index, exact);
+    let mut query = query.clone();
+    if let Some(index) = index.filter(|_| exact) {
+        query.nprobes = (index.num_partitions as usize).max(1);
+    }
+    (index.cloned(), query)
 }
 
 /// The counters `EXPLAIN ANALYZE` shows, filled from the search's [`KnnStats`].

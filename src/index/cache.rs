@@ -1,8 +1,9 @@
 //! The index cache: what KNN queries and index maintenance keep between statements of a
 //! session, under **one byte budget** (`fragvec.index_cache_bytes`).
 //!
-//! Budgeted entries (evicted oldest first when a new one does not fit; an entry larger than
-//! the whole budget is used once and not kept):
+//! Budgeted entries (evicted by second chance when a new one does not fit: the oldest entry
+//! not used since the last sweep goes first, so a hot partition outlives a one-off read; an
+//! entry larger than the whole budget is used once and not kept):
 //! * segment partitions as stored, and partitions translated through a ledger state;
 //! * decoded vector columns of data files (brute force and exact scoring);
 //! * whole decoded fixed-width columns of data files (fetching a KNN answer's rows).
@@ -157,13 +158,29 @@ struct CacheState {
     models: HashMap<String, Arc<IvfModel>>,
     ledgers: HashMap<String, Arc<LedgerView>>,
     ownerships: HashMap<String, Arc<BTreeMap<u64, SegmentOwnership>>>,
-    entries: HashMap<Key, Entry>,
+    entries: HashMap<Key, Slot>,
+    /// Admission order; an entry used since it was last swept goes to the back once.
     order: VecDeque<Key>,
     bytes: usize,
 }
 
+#[derive(Debug)]
+struct Slot {
+    entry: Entry,
+    /// Read since admitted or since the eviction sweep last passed it.
+    used: bool,
+}
+
 impl CacheState {
-    /// Inserts an entry if it fits the budget, evicting the oldest entries first.
+    fn get(&mut self, key: &Key) -> Option<Entry> {
+        let slot = self.entries.get_mut(key)?;
+        slot.used = true;
+        Some(slot.entry.clone())
+    }
+
+    /// Inserts an entry if it fits the budget, evicting by second chance (CLOCK): from the
+    /// oldest, an entry used since the sweep last passed it is kept once (moved to the back),
+    /// an unused one is evicted. Two sweeps at most, since the first clears every mark.
     fn admit(&mut self, key: Key, entry: Entry, budget: usize) {
         let size = entry.bytes();
         if size > budget || self.entries.contains_key(&key) {
@@ -173,12 +190,21 @@ impl CacheState {
             let Some(old) = self.order.pop_front() else {
                 break;
             };
-            if let Some(evicted) = self.entries.remove(&old) {
-                self.bytes -= evicted.bytes();
+            match self.entries.get_mut(&old) {
+                Some(slot) if slot.used => {
+                    slot.used = false;
+                    self.order.push_back(old);
+                }
+                Some(_) => {
+                    let evicted = self.entries.remove(&old).expect("present");
+                    self.bytes -= evicted.entry.bytes();
+                }
+                None => {}
             }
         }
         self.bytes += size;
-        self.entries.insert(key.clone(), entry);
+        self.entries
+            .insert(key.clone(), Slot { entry, used: false });
         self.order.push_back(key);
     }
 }
@@ -207,12 +233,7 @@ impl IndexCache {
     }
 
     fn get(&self, key: &Key) -> Option<Entry> {
-        self.state
-            .lock()
-            .expect("cache lock")
-            .entries
-            .get(key)
-            .cloned()
+        self.state.lock().expect("cache lock").get(key)
     }
 
     fn admit(&self, key: Key, entry: Entry) {
@@ -401,7 +422,8 @@ impl IndexCache {
 
     /// Partitions `ps` of a segment file, as stored: the cached ones from the cache, the
     /// others read together ([`segment::read_partitions`]: close ranges coalesced, the
-    /// requests sent concurrently).
+    /// requests sent concurrently), and kept when `admit` (a scan of a segment larger than
+    /// the budget passes `false`, so it does not flush what repeated queries use).
     pub async fn partitions(
         &self,
         dir: &TableDir,
@@ -409,6 +431,7 @@ impl IndexCache {
         footer: &Footer,
         ps: &[usize],
         pq: bool,
+        admit: bool,
     ) -> Result<Vec<Arc<Partition>>> {
         let key = |p: usize| Key::Partition {
             file: format!("{}/{file}", dir.name()),
@@ -433,7 +456,9 @@ impl IndexCache {
         for (slot, &p) in found.iter_mut().zip(ps) {
             if slot.is_none() {
                 let partition = Arc::new(read.next().expect("one partition per missing one"));
-                self.admit(key(p), Entry::Partition(partition.clone()));
+                if admit {
+                    self.admit(key(p), Entry::Partition(partition.clone()));
+                }
                 *slot = Some(partition);
             }
         }
@@ -463,7 +488,7 @@ impl IndexCache {
             .collect();
         // Brings the stored forms of the missing ones into the cache in one go (when the
         // budget keeps them; the loop below reads any it did not keep).
-        self.partitions(dir, &segment.file, footer, &missing, pq)
+        self.partitions(dir, &segment.file, footer, &missing, pq, true)
             .await?;
         let mut out = Vec::with_capacity(ps.len());
         for &p in ps {
@@ -610,6 +635,28 @@ mod tests {
         assert!(s.entries.contains_key(&key(1)) && s.entries.contains_key(&key(2)));
         s.admit(key(3), part(100), 64); // larger than the budget: not kept
         assert!(!s.entries.contains_key(&key(3)));
+        assert_eq!(s.bytes, 64);
+    }
+
+    #[test]
+    fn an_entry_used_since_the_last_sweep_outlives_an_unused_newer_one() {
+        let mut s = CacheState::default();
+        for p in 0..4 {
+            s.admit(key(p), part(2), 64); // 16 bytes each: full
+        }
+        assert!(s.get(&key(0)).is_some()); // the oldest, but in use
+        s.admit(key(4), part(2), 64);
+        assert!(s.entries.contains_key(&key(0)), "used: kept once");
+        assert!(!s.entries.contains_key(&key(1)), "oldest unused: evicted");
+        // key 0's mark was cleared by the sweep: unused since, it goes next after 2 and 3.
+        s.admit(key(5), part(6), 64); // 48 bytes: evicts 2, 3 then 0
+        assert!(!s.entries.contains_key(&key(0)));
+        assert!(s.entries.contains_key(&key(4)) && s.entries.contains_key(&key(5)));
+        assert_eq!(s.bytes, 64);
+        // Every entry in use: the sweep clears the marks and then evicts the oldest.
+        assert!(s.get(&key(4)).is_some() && s.get(&key(5)).is_some());
+        s.admit(key(6), part(2), 64);
+        assert!(!s.entries.contains_key(&key(4)) && s.entries.contains_key(&key(5)));
         assert_eq!(s.bytes, 64);
     }
 }

@@ -92,6 +92,33 @@ impl Footer {
         offset..offset + rows * (8 + self.row_width as u64)
     }
 
+    /// Bytes of partition `p` in the file (addresses and payload).
+    pub fn partition_bytes(&self, p: usize) -> u64 {
+        let (_, rows) = self.partitions[p];
+        rows * (8 + self.row_width as u64)
+    }
+
+    /// Cuts `ps` (partitions in the order they are probed) into consecutive groups of at
+    /// most `max_bytes` bytes each (a partition larger than that alone), so a search probing
+    /// many partitions holds one group at a time. Every partition of `ps` is in exactly one
+    /// group, in order; no group is empty.
+    pub fn probe_groups(&self, ps: &[usize], max_bytes: u64) -> Vec<Range<usize>> {
+        let mut groups = Vec::new();
+        let (mut start, mut used) = (0usize, 0u64);
+        for (i, &p) in ps.iter().enumerate() {
+            let bytes = self.partition_bytes(p);
+            if i > start && used.saturating_add(bytes) > max_bytes {
+                groups.push(start..i);
+                (start, used) = (i, 0);
+            }
+            used = used.saturating_add(bytes);
+        }
+        if start < ps.len() {
+            groups.push(start..ps.len());
+        }
+        groups
+    }
+
     /// Where partition `p`'s row addresses are (they come first in the partition).
     pub fn addrs_range(&self, p: usize) -> Range<u64> {
         let (offset, rows) = self.partitions[p];
@@ -462,6 +489,23 @@ mod tests {
                 ))
             })
             .collect()
+    }
+
+    #[test]
+    fn probe_groups_cover_the_probes_in_order_within_the_bound() {
+        let footer = Footer {
+            row_width: 8, // 16 bytes per row with its address
+            partitions: vec![(0, 4), (64, 0), (64, 10), (224, 1), (240, 3)],
+            checksums: None,
+        };
+        // Bytes: 64, 0, 160, 16, 48.
+        assert_eq!(
+            footer.probe_groups(&[0, 1, 2, 3, 4], 100),
+            vec![0..2, 2..3, 3..5]
+        );
+        assert_eq!(footer.probe_groups(&[4, 3, 0], 1000), vec![0..3]);
+        assert_eq!(footer.probe_groups(&[2, 2], 10), vec![0..1, 1..2]);
+        assert!(footer.probe_groups(&[], 10).is_empty());
     }
 
     #[test]

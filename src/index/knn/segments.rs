@@ -9,14 +9,15 @@ use roaring::RoaringBitmap;
 use super::{Counters, Searcher};
 use crate::format::Fragment;
 use crate::format::index_meta::IndexDef;
+use crate::format::index_meta::IndexSegment;
 use crate::index::cache::Translation;
 use crate::index::error::{IndexError, Result};
 use crate::index::search::{
     Candidate, RowMask, SearchStats, TopK, score_flat, score_partitions, score_pq,
 };
-use crate::index::segment::Partition;
-use crate::ledger::Coverage;
+use crate::index::segment::{Footer, Partition};
 use crate::ledger::ids::split_row_address;
+use crate::ledger::{Coverage, LedgerView, SegmentOwnership};
 
 impl Searcher<'_> {
     fn record(&self, s: &SearchStats) {
@@ -112,10 +113,13 @@ impl Searcher<'_> {
                     .is_none_or(|sc| sc.segments.contains(&s.id))
             })
             .collect();
-        // Every segment probes its first `nprobes` partitions whatever it finds: their
-        // footers, then those partitions of all segments, are read together (one round trip
+        // Every segment probes its first `nprobes` partitions whatever it finds, in groups of
+        // bounded bytes (one group unless the probes are many, as in an exact search): the
+        // footers, then the first group of every segment, are read together (one round trip
         // each on object storage, instead of one per segment and per partition).
         let first = &probe_order[..req.nprobes.min(probe_order.len())];
+        let exhaustive = first.len() == probe_order.len();
+        let group_bytes = probe_group_bytes(self.cache.budget());
         let reading: Vec<_> = searched
             .iter()
             .filter(|s| !owners[&s.id].fragments.is_empty())
@@ -127,30 +131,45 @@ impl Searcher<'_> {
                 .map(|s| self.cache.segment_footer(dir, s, &model)),
         )
         .await?;
+        let plans: HashMap<u64, ProbePlan> = reading
+            .iter()
+            .zip(&footers)
+            .map(|(segment, footer)| {
+                let plan = ProbePlan {
+                    groups: footer.probe_groups(first, group_bytes),
+                    translated: segment.fragment_bitmap.iter().any(|f| view.consumes(*f)),
+                    // A scan of every partition of a segment larger than the budget would
+                    // evict what repeated queries use and gain nothing: it is not kept.
+                    admit: !exhaustive
+                        || footer
+                            .partitions
+                            .iter()
+                            .enumerate()
+                            .map(|(p, _)| footer.partition_bytes(p))
+                            .sum::<u64>()
+                            <= self.cache.budget() as u64,
+                };
+                (segment.id, plan)
+            })
+            .collect();
         let mut prefetched: HashMap<u64, Vec<Arc<Partition>>> =
             futures::future::try_join_all(reading.iter().zip(&footers).map(|(segment, footer)| {
-                let translation = Translation {
-                    view: &view,
-                    ownership: &owners[&segment.id],
-                };
-                let translated = segment.fragment_bitmap.iter().any(|f| view.consumes(*f));
+                let plan = &plans[&segment.id];
+                let ps = plan.groups.first().map_or(&[][..], |g| &first[g.clone()]);
+                let ownership = &owners[&segment.id];
+                let view = &view;
                 async move {
-                    let parts = if translated {
-                        self.cache
-                            .translated_partitions(
-                                dir,
-                                segment,
-                                footer,
-                                first,
-                                pq_width.is_some(),
-                                translation,
-                            )
-                            .await?
-                    } else {
-                        self.cache
-                            .partitions(dir, &segment.file, footer, first, pq_width.is_some())
-                            .await?
-                    };
+                    let parts = self
+                        .read_probed(
+                            segment,
+                            footer,
+                            ps,
+                            pq_width.is_some(),
+                            plan,
+                            view,
+                            ownership,
+                        )
+                        .await?;
                     Ok::<_, IndexError>((segment.id, parts))
                 }
             }))
@@ -180,6 +199,7 @@ impl Searcher<'_> {
                 continue;
             }
             let footer = footers.remove(&segment.id).expect("read above");
+            let plan = &plans[&segment.id];
             let score = |part: &Partition, top: &mut TopK, stats: &mut SearchStats| match (
                 &table, pq_width,
             ) {
@@ -194,14 +214,43 @@ impl Searcher<'_> {
                     stats,
                 ),
             };
-            // The first `nprobes` partitions are always scored: together, on every core
-            // when they are large enough.
-            let mut probed_parts = prefetched.remove(&segment.id).expect("read above");
-            let (mut top, mut stats) =
-                score_partitions(&probed_parts, keep, pq_width.unwrap_or(model.dim), score);
+            // The first `nprobes` partitions are always scored, group by group: each group
+            // together, on every core when it is large enough. For IVF_FLAT, the vectors of
+            // each group's best rows are kept (a group is dropped once scored).
+            let mut top = TopK::new(keep);
+            let mut stats = SearchStats::default();
+            let mut best_vectors: HashMap<u64, Vec<f32>> = HashMap::new();
+            for (g, group) in plan.groups.iter().enumerate() {
+                let parts = match prefetched.remove(&segment.id).filter(|_| g == 0) {
+                    Some(parts) => parts,
+                    None => {
+                        self.read_probed(
+                            segment,
+                            &footer,
+                            &first[group.clone()],
+                            pq_width.is_some(),
+                            plan,
+                            &view,
+                            ownership,
+                        )
+                        .await?
+                    }
+                };
+                let (group_top, group_stats) =
+                    score_partitions(&parts, keep, pq_width.unwrap_or(model.dim), score);
+                stats.add(&group_stats);
+                let group_best = group_top.into_sorted();
+                if pq_width.is_none() {
+                    keep_vectors(&parts, model.dim, &group_best, &mut best_vectors);
+                }
+                for c in group_best {
+                    top.push(c);
+                }
+            }
             // Then further partitions, one at a time, only while fewer than `keep` rows
             // were found.
-            for &p in probe_order.iter().skip(probed_parts.len()) {
+            let mut probed_parts = Vec::new();
+            for &p in probe_order.iter().skip(first.len()) {
                 if top.is_full() {
                     break;
                 }
@@ -232,16 +281,10 @@ impl Searcher<'_> {
             if pq_width.is_none() {
                 // These rows passed this segment's mask, so its vectors are their current
                 // values: keep them, and the rows need not be read from Parquet again.
-                // At most k winners: a sorted list searched by halving beats hashing every
-                // probed row's address.
-                let mut wanted: Vec<u64> = local.iter().map(|c| c.addr).collect();
-                wanted.sort_unstable();
-                for part in &probed_parts {
-                    for (i, addr) in part.addrs.iter().enumerate() {
-                        if wanted.binary_search(addr).is_ok() {
-                            let v = &part.vectors[i * model.dim..(i + 1) * model.dim];
-                            vectors.insert(*addr, v.to_vec());
-                        }
+                keep_vectors(&probed_parts, model.dim, &local, &mut best_vectors);
+                for c in &local {
+                    if let Some(v) = best_vectors.remove(&c.addr) {
+                        vectors.insert(c.addr, v);
                     }
                 }
             }
@@ -309,5 +352,73 @@ impl Searcher<'_> {
             }
         }
         Ok((candidates, vectors))
+    }
+}
+
+/// Bytes of partitions a search holds at a time per segment when it probes many (an exact
+/// search probes all): a quarter of the cache budget, within 64 KiB–64 MiB. Groups this large
+/// keep both cores busy; their reads are coalesced and sent together.
+fn probe_group_bytes(budget: usize) -> u64 {
+    (budget as u64 / 4).clamp(64 << 10, 64 << 20)
+}
+
+/// How one segment's probes are read: in which groups, through the ledger or not, and
+/// whether the partitions read are kept in the cache.
+struct ProbePlan {
+    groups: Vec<std::ops::Range<usize>>,
+    translated: bool,
+    admit: bool,
+}
+
+/// Copies into `out` the vectors of `wanted`'s rows found in flat partitions `parts` (at
+/// most `keep` rows: a sorted list searched by halving beats hashing every probed address).
+fn keep_vectors(
+    parts: &[Arc<Partition>],
+    dim: usize,
+    wanted: &[Candidate],
+    out: &mut HashMap<u64, Vec<f32>>,
+) {
+    let mut wanted: Vec<u64> = wanted.iter().map(|c| c.addr).collect();
+    wanted.sort_unstable();
+    for part in parts {
+        for (i, addr) in part.addrs.iter().enumerate() {
+            if wanted.binary_search(addr).is_ok() {
+                out.insert(*addr, part.vectors[i * dim..(i + 1) * dim].to_vec());
+            }
+        }
+    }
+}
+
+impl Searcher<'_> {
+    /// Partitions `ps` of `segment` as a search scores them: translated through the ledger
+    /// when rewrites moved the segment's rows, else as stored (kept in the cache per `plan`).
+    #[allow(clippy::too_many_arguments)]
+    async fn read_probed(
+        &self,
+        segment: &IndexSegment,
+        footer: &Footer,
+        ps: &[usize],
+        pq: bool,
+        plan: &ProbePlan,
+        view: &LedgerView,
+        ownership: &SegmentOwnership,
+    ) -> Result<Vec<Arc<Partition>>> {
+        let dir = &self.req.snapshot.dir;
+        if plan.translated {
+            self.cache
+                .translated_partitions(
+                    dir,
+                    segment,
+                    footer,
+                    ps,
+                    pq,
+                    Translation { view, ownership },
+                )
+                .await
+        } else {
+            self.cache
+                .partitions(dir, &segment.file, footer, ps, pq, plan.admit)
+                .await
+        }
     }
 }
