@@ -23,6 +23,8 @@
 
 mod encoder;
 pub mod groups;
+#[cfg(unix)]
+mod local;
 
 use std::ops::Range;
 
@@ -353,6 +355,10 @@ pub async fn read_partitions(
     pq: bool,
 ) -> Result<Vec<Partition>> {
     let path = dir.path(file);
+    #[cfg(unix)]
+    if let Some(folder) = dir.local_dir() {
+        return local::read_partitions(folder.join(file), &path, footer, ps, pq).await;
+    }
     let wanted: Vec<usize> = ps
         .iter()
         .copied()
@@ -409,17 +415,8 @@ pub async fn read_partition(
     p: usize,
     pq: bool,
 ) -> Result<Partition> {
-    let rows = footer.partitions[p].1 as usize;
-    if rows == 0 {
-        return Ok(Partition::default());
-    }
-    let path = dir.path(file);
-    let bytes: Bytes = dir
-        .store()
-        .get_range(&path, footer.range(p))
-        .await
-        .map_err(|e| FormatError::store(&path, e))?;
-    decode_checked(&path, footer, p, &bytes, pq)
+    let mut read = read_partitions(dir, file, footer, &[p], pq).await?;
+    Ok(read.pop().unwrap_or_default())
 }
 
 #[cfg(test)]
