@@ -100,6 +100,13 @@ impl Footer {
         rows * (8 + self.row_width as u64)
     }
 
+    /// Bytes of every partition (the file less its footer).
+    pub fn data_bytes(&self) -> u64 {
+        (0..self.partitions.len())
+            .map(|p| self.partition_bytes(p))
+            .sum()
+    }
+
     /// Cuts `ps` (partitions in the order they are probed) into consecutive groups of at
     /// most `max_bytes` bytes each (a partition larger than that alone), so a search probing
     /// many partitions holds one group at a time. Every partition of `ps` is in exactly one

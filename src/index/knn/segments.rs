@@ -140,14 +140,7 @@ impl Searcher<'_> {
                     translated: segment.fragment_bitmap.iter().any(|f| view.consumes(*f)),
                     // A scan of every partition of a segment larger than the budget would
                     // evict what repeated queries use and gain nothing: it is not kept.
-                    admit: !exhaustive
-                        || footer
-                            .partitions
-                            .iter()
-                            .enumerate()
-                            .map(|(p, _)| footer.partition_bytes(p))
-                            .sum::<u64>()
-                            <= self.cache.budget() as u64,
+                    admit: !exhaustive || footer.data_bytes() <= self.cache.budget() as u64,
                 };
                 (segment.id, plan)
             })

@@ -1,16 +1,15 @@
 //! Reading partitions of a segment file in a local directory: each partition's two blocks are
-//! read with positional reads straight into the typed buffers a [`Partition`] holds, and
-//! checksummed there, on the blocking pool.
+//! read with positional reads straight into the typed buffers a [`Partition`] holds (not
+//! zeroed first), and checksummed there, on the blocking pool.
 //!
 //! Why not object_store's local reads: each request allocates a byte buffer that decoding
 //! then copies into the partition's vectors, so every byte crossed memory twice more than it
-//! must, on fresh pages. A search whose index is larger than the cache budget reads tens of
+//! must. A search whose index is larger than the cache budget reads tens of
 //! megabytes per query (every partition, for an exact search), where that is most of the time.
 //! The checks are the same ones [`super::read_partitions`] makes: sizes from the verified
 //! footer, a short read is a truncated partition, each block's CRC32C.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
@@ -114,30 +113,19 @@ fn read_one(file: &File, job: Job) -> std::result::Result<Partition, ReadError> 
         sums,
         pq,
     } = job;
-    let read = |buf: &mut [u8], at: u64| {
-        file.read_exact_at(buf, at).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                ReadError::Corrupt(format!("partition {p} is truncated"))
-            } else {
-                ReadError::Io(e)
-            }
-        })
-    };
     let check = |what: &str, bytes: &[u8], expected: Option<u32>| match expected {
         Some(expected) => super::check_block(p, what, bytes, expected).map_err(ReadError::Corrupt),
         None => Ok(()),
     };
-    let mut addrs = vec![0u64; rows];
-    read(u64_bytes(&mut addrs), offset)?;
-    check("addresses", u64_bytes(&mut addrs), sums.map(|s| s.addrs))?;
+    let mut addrs: Vec<u64> = read_vec(file, rows, offset, p)?;
+    check("addresses", bytes_of(&addrs), sums.map(|s| s.addrs))?;
     for a in &mut addrs {
         *a = u64::from_le(*a);
     }
     let payload_at = offset + rows as u64 * 8;
     let payload_sum = sums.map(|s| s.payload);
     if pq {
-        let mut codes = vec![0u8; rows * row_width];
-        read(&mut codes, payload_at)?;
+        let codes: Vec<u8> = read_vec(file, rows * row_width, payload_at, p)?;
         check("payload", &codes, payload_sum)?;
         return Ok(Partition {
             addrs,
@@ -150,9 +138,8 @@ fn read_one(file: &File, job: Job) -> std::result::Result<Partition, ReadError> 
             "rows of {row_width} bytes cannot hold 32-bit floats"
         )));
     }
-    let mut vectors = vec![0f32; rows * row_width / 4];
-    read(f32_bytes(&mut vectors), payload_at)?;
-    check("payload", f32_bytes(&mut vectors), payload_sum)?;
+    let mut vectors: Vec<f32> = read_vec(file, rows * row_width / 4, payload_at, p)?;
+    check("payload", bytes_of(&vectors), payload_sum)?;
     if cfg!(target_endian = "big") {
         for v in &mut vectors {
             *v = f32::from_bits(u32::from_le(v.to_bits()));
@@ -165,19 +152,67 @@ fn read_one(file: &File, job: Job) -> std::result::Result<Partition, ReadError> 
     })
 }
 
-/// The bytes of `values`, to read into. Sound: `u64` has no padding and every bit pattern is
-/// a valid `u64`, and `u8` has alignment 1.
-fn u64_bytes(values: &mut [u64]) -> &mut [u8] {
-    // SAFETY: see above; the slice covers exactly the values' memory and borrows it mutably.
-    unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), values.len() * 8) }
+/// Element types read as raw file bytes: no padding, and every bit pattern is a valid value
+/// (a NaN `f32` included, which scoring handles like any value; checksums come first).
+trait Plain: Copy {}
+impl Plain for u8 {}
+impl Plain for u64 {}
+impl Plain for f32 {}
+
+/// `len` values of `T` read from `at`, in the file's byte order. The vector is filled by the
+/// kernel without being zeroed first: zeroing a fresh buffer cost as much as the read.
+fn read_vec<T: Plain>(
+    file: &File,
+    len: usize,
+    at: u64,
+    p: usize,
+) -> std::result::Result<Vec<T>, ReadError> {
+    let bytes = len
+        .checked_mul(std::mem::size_of::<T>())
+        .ok_or_else(|| ReadError::Corrupt(format!("partition {p} is too large to read")))?;
+    let mut values: Vec<T> = Vec::with_capacity(len);
+    let base = values.as_mut_ptr().cast::<u8>();
+    let mut done = 0usize;
+    while done < bytes {
+        let offset = at
+            .checked_add(done as u64)
+            .and_then(|o| libc::off_t::try_from(o).ok())
+            .ok_or_else(|| ReadError::Corrupt(format!("partition {p} lies past any file")))?;
+        // SAFETY: `base + done .. base + bytes` is inside the vector's allocation (capacity
+        // `len` values of `T` is `bytes` bytes) and nothing else refers to it; the kernel
+        // writes at most `bytes - done` bytes there.
+        let n = unsafe {
+            libc::pread(
+                std::os::fd::AsRawFd::as_raw_fd(file),
+                base.add(done).cast(),
+                bytes - done,
+                offset,
+            )
+        };
+        match n {
+            n if n > 0 => done += n as usize,
+            0 => return Err(ReadError::Corrupt(format!("partition {p} is truncated"))),
+            _ => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(ReadError::Io(e));
+                }
+            }
+        }
+    }
+    // SAFETY: all `bytes` bytes were written by the reads above, and any bytes are valid
+    // values of a `Plain` type.
+    unsafe { values.set_len(len) };
+    Ok(values)
 }
 
-/// The bytes of `values`, to read into. Sound: `f32` has no padding and every bit pattern is
-/// a valid `f32` (possibly a NaN, which scoring handles like any value), and `u8` has
-/// alignment 1.
-fn f32_bytes(values: &mut [f32]) -> &mut [u8] {
-    // SAFETY: see above; the slice covers exactly the values' memory and borrows it mutably.
-    unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), values.len() * 4) }
+/// The bytes of `values` (to checksum them as the file holds them).
+fn bytes_of<T: Plain>(values: &[T]) -> &[u8] {
+    // SAFETY: `Plain` types have no padding, and `u8` has alignment 1; the slice covers
+    // exactly the values' memory, borrowed for as long as `values`.
+    unsafe {
+        std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
+    }
 }
 
 #[cfg(test)]
