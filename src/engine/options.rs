@@ -58,7 +58,8 @@ extensions_options! {
         pub nprobes: usize, default = 16
         /// IVF_PQ: candidates re-ranked with exact distances, as a multiple of k.
         pub refine_factor: usize, default = 4
-        /// Bypass vector indexes: KNN queries score every row exactly.
+        /// KNN queries score every row exactly: an IVF_FLAT index's segments are read whole
+        /// (every partition, raw vectors), other rows from the data files.
         pub exact: bool, default = false
         /// Bytes a session keeps in memory for KNN: index partitions, decoded vector
         /// columns (exact search), small columns of result rows. Default: a quarter of the
