@@ -661,19 +661,27 @@ async fn recreated_tables_do_not_reuse_cached_translations() {
     }
 }
 
+/// Statements making table `t (id, v VECTOR(8))` of ids 0..=`last` (many equal vectors, so
+/// ties are common) with an IVF_FLAT index `i` of 8 partitions.
+fn indexed_8d_table(last: u32) -> String {
+    format!(
+        "CREATE TABLE t (id BIGINT, v VECTOR(8)); \
+         INSERT INTO t SELECT value, [value % 11, value % 7, value % 5, value % 3, value % 13, \
+             value % 2, value % 17, value % 4] FROM generate_series(0, {last}); \
+         CREATE VECTOR INDEX i ON t (v) USING IVF_FLAT WITH (num_partitions = 8)"
+    )
+}
+
 /// Repeated KNN queries of one shape reuse their plan with each new vector (and a new
 /// table version or option makes a new plan): every answer equals the exact one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reused_plans_answer_each_vector_exactly() {
     use rand::{Rng, SeedableRng};
     let (_tmp, s) = scratch_session().await;
-    s.sql(
-        "CREATE TABLE t (id BIGINT, v VECTOR(8)); \
-         INSERT INTO t SELECT value, [value % 11, value % 7, value % 5, value % 3, value % 13, \
-             value % 2, value % 17, value % 4] FROM generate_series(0, 499); \
-         CREATE VECTOR INDEX i ON t (v) USING IVF_FLAT WITH (num_partitions = 8); \
-         SET fragvec.nprobes = 8",
-    )
+    s.sql(&format!(
+        "{}; SET fragvec.nprobes = 8",
+        indexed_8d_table(499)
+    ))
     .await
     .unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(9);
@@ -901,16 +909,13 @@ async fn known_ivf_partitions_equal_computed_ones() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exact_search_reads_flat_segments_and_equals_a_full_sort() {
     let (_tmp, s) = scratch_session().await;
-    s.sql(
-        "CREATE TABLE t (id BIGINT, v VECTOR(8)); \
-         INSERT INTO t SELECT value, [value % 11, value % 7, value % 5, value % 3, value % 13, \
-             value % 2, value % 17, value % 4] FROM generate_series(0, 9999); \
-         CREATE VECTOR INDEX i ON t (v) USING IVF_FLAT WITH (num_partitions = 8); \
-         DELETE FROM t WHERE id % 9 = 0; \
+    s.sql(&format!(
+        "{}; DELETE FROM t WHERE id % 9 = 0; \
          INSERT INTO t SELECT value, [value % 3, value % 5, 1, 2, 3, 4, 5, 6] \
              FROM generate_series(20000, 20099); \
          SET fragvec.nprobes = 1; SET fragvec.exact = true",
-    )
+        indexed_8d_table(9999)
+    ))
     .await
     .unwrap();
     let v = "[3.5, 2, 1, 0.5, 6, 1, 8, 2]";
