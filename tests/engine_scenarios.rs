@@ -122,9 +122,18 @@ async fn corrupt_index_files_are_clear_errors_not_panics(db: Location) {
     let err = fresh.sql_one(query).await.unwrap_err().to_string();
     assert!(err.contains("not a fragvec IVF model file"), "{err}");
 
-    // Exact mode does not touch the index and still answers.
+    // Exact mode still answers: the index it would read is damaged, so the data files answer
+    // (an exact fallback, shown by EXPLAIN ANALYZE).
     fresh.sql("SET fragvec.exact = true").await.unwrap();
     assert_eq!(fresh.sql_one(query).await.unwrap().num_rows(), 3);
+    let r = fresh
+        .sql_one(&format!("EXPLAIN ANALYZE {query}"))
+        .await
+        .unwrap();
+    let plan = datafusion::arrow::util::pretty::pretty_format_batches(&r.batches)
+        .unwrap()
+        .to_string();
+    assert!(plan.contains("exact_fallbacks=1"), "{plan}");
 }
 
 /// A session on a new database in a temporary directory (kept while the guard lives).

@@ -49,6 +49,7 @@ use super::scan::{
 use crate::format::index_meta::{IndexDef, IndexKind};
 use crate::index::cache::IndexCache;
 use crate::index::distance::Metric;
+use crate::index::error::IndexError;
 use crate::index::knn::{self, KnnRequest, KnnShare, KnnStats, rows::RowReader};
 
 /// What the query asks for.
@@ -265,6 +266,7 @@ impl ExecutionPlan for KnnExec {
         let run = KnnRun {
             scan: self.scan.clone(),
             query,
+            exact_over_index: options.exact && index.is_some(),
             index,
             share: self.share.clone(),
             refine_factor: options.refine_factor,
@@ -354,6 +356,8 @@ impl KnnMetrics {
 struct KnnRun {
     scan: ScanSpec,
     query: KnnQuery,
+    /// An exact search reading an IVF_FLAT index's segments (see [`searched_index`]).
+    exact_over_index: bool,
     index: Option<IndexDef>,
     share: Option<KnnShare>,
     refine_factor: usize,
@@ -384,7 +388,26 @@ impl KnnRun {
         };
         let mut answer = match &self.share {
             Some(share) => knn::search_share(request, share, &self.cache).await?,
-            None => knn::search(request, &self.cache).await?,
+            None => match knn::search(request, &self.cache).await {
+                // For an exact search the index only saves reading the data files: when it
+                // cannot be read (a damaged or missing model, segment or ledger file), the
+                // data files answer, counted as an exact fallback. `SET fragvec.exact = true`
+                // stays the way to query a table whose index is damaged. (A share of a
+                // distributed search reports the error: its rows were split by segment.)
+                Err(e)
+                    if self.exact_over_index
+                        && !matches!(e, IndexError::DimensionMismatch { .. }) =>
+                {
+                    let from_data_files = KnnRequest {
+                        index: None,
+                        ..request
+                    };
+                    let mut answer = knn::search(from_data_files, &self.cache).await?;
+                    answer.stats.exact_fallbacks += 1;
+                    answer
+                }
+                searched => searched?,
+            },
         };
         let fetched = AtomicUsize::new(0);
         let reader = RowReader {
