@@ -73,7 +73,11 @@ pub(super) async fn read_partitions(
             if job.rows == 0 {
                 return Ok(Partition::default());
             }
-            tokio::task::spawn_blocking(move || read_one(&handle, job))
+            // The buffers are allocated here, on the runtime's thread, not on the blocking
+            // pool's: glibc gives each allocating thread an arena and keeps what is freed in
+            // it, so buffers made on many short-lived threads inflate the resident size.
+            let buffers = Buffers::for_job(&job);
+            tokio::task::spawn_blocking(move || read_one(&handle, job, buffers))
                 .await
                 .map_err(|e| FormatError::corrupt(path, format!("reading task failed: {e}")))?
                 .map_err(|e| match e {
@@ -104,7 +108,26 @@ fn io_error(path: &Path, e: std::io::Error) -> FormatError {
     FormatError::store(path, error)
 }
 
-fn read_one(file: &File, job: Job) -> std::result::Result<Partition, ReadError> {
+/// Empty vectors with the capacity one partition's blocks need.
+struct Buffers {
+    addrs: Vec<u64>,
+    codes: Vec<u8>,
+    vectors: Vec<f32>,
+}
+
+impl Buffers {
+    fn for_job(job: &Job) -> Self {
+        // Sizes come from a verified footer, whose blocks fill the file exactly.
+        let payload = job.rows.saturating_mul(job.row_width);
+        Self {
+            addrs: Vec::with_capacity(job.rows),
+            codes: Vec::with_capacity(if job.pq { payload } else { 0 }),
+            vectors: Vec::with_capacity(if job.pq { 0 } else { payload / 4 }),
+        }
+    }
+}
+
+fn read_one(file: &File, job: Job, buffers: Buffers) -> std::result::Result<Partition, ReadError> {
     let Job {
         p,
         offset,
@@ -117,7 +140,7 @@ fn read_one(file: &File, job: Job) -> std::result::Result<Partition, ReadError> 
         Some(expected) => super::check_block(p, what, bytes, expected).map_err(ReadError::Corrupt),
         None => Ok(()),
     };
-    let mut addrs: Vec<u64> = read_vec(file, rows, offset, p)?;
+    let mut addrs = read_vec(file, buffers.addrs, rows, offset, p)?;
     check("addresses", bytes_of(&addrs), sums.map(|s| s.addrs))?;
     for a in &mut addrs {
         *a = u64::from_le(*a);
@@ -125,7 +148,7 @@ fn read_one(file: &File, job: Job) -> std::result::Result<Partition, ReadError> 
     let payload_at = offset + rows as u64 * 8;
     let payload_sum = sums.map(|s| s.payload);
     if pq {
-        let codes: Vec<u8> = read_vec(file, rows * row_width, payload_at, p)?;
+        let codes = read_vec(file, buffers.codes, rows * row_width, payload_at, p)?;
         check("payload", &codes, payload_sum)?;
         return Ok(Partition {
             addrs,
@@ -138,7 +161,7 @@ fn read_one(file: &File, job: Job) -> std::result::Result<Partition, ReadError> 
             "rows of {row_width} bytes cannot hold 32-bit floats"
         )));
     }
-    let mut vectors: Vec<f32> = read_vec(file, rows * row_width / 4, payload_at, p)?;
+    let mut vectors = read_vec(file, buffers.vectors, rows * row_width / 4, payload_at, p)?;
     check("payload", bytes_of(&vectors), payload_sum)?;
     if cfg!(target_endian = "big") {
         for v in &mut vectors {
@@ -159,10 +182,12 @@ impl Plain for u8 {}
 impl Plain for u64 {}
 impl Plain for f32 {}
 
-/// `len` values of `T` read from `at`, in the file's byte order. The vector is filled by the
-/// kernel without being zeroed first: zeroing a fresh buffer cost as much as the read.
+/// `len` values of `T` read from `at` into `values` (emptied first), in the file's byte order.
+/// The vector is filled by the kernel without being zeroed first: zeroing a fresh buffer
+/// cost as much as the read.
 fn read_vec<T: Plain>(
     file: &File,
+    mut values: Vec<T>,
     len: usize,
     at: u64,
     p: usize,
@@ -170,7 +195,8 @@ fn read_vec<T: Plain>(
     let bytes = len
         .checked_mul(std::mem::size_of::<T>())
         .ok_or_else(|| ReadError::Corrupt(format!("partition {p} is too large to read")))?;
-    let mut values: Vec<T> = Vec::with_capacity(len);
+    values.clear();
+    values.reserve_exact(len);
     let base = values.as_mut_ptr().cast::<u8>();
     let mut done = 0usize;
     while done < bytes {
@@ -178,8 +204,8 @@ fn read_vec<T: Plain>(
             .checked_add(done as u64)
             .and_then(|o| libc::off_t::try_from(o).ok())
             .ok_or_else(|| ReadError::Corrupt(format!("partition {p} lies past any file")))?;
-        // SAFETY: `base + done .. base + bytes` is inside the vector's allocation (capacity
-        // `len` values of `T` is `bytes` bytes) and nothing else refers to it; the kernel
+        // SAFETY: `base + done .. base + bytes` is inside the vector's allocation (a capacity
+        // of at least `len` values of `T`, `bytes` bytes) and nothing else refers to it; the kernel
         // writes at most `bytes - done` bytes there.
         let n = unsafe {
             libc::pread(
