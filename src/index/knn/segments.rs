@@ -173,8 +173,12 @@ impl Searcher<'_> {
         for segment in searched {
             Counters::add(&self.counters.segments_searched, 1);
             let ownership = &owners[&segment.id];
+            if ownership.fragments.is_empty() {
+                continue;
+            }
+            let plan = &plans[&segment.id];
             // Translated partitions hold only rows the segment owns, at current addresses.
-            let translated = segment.fragment_bitmap.iter().any(|f| view.consumes(*f));
+            let translated = plan.translated;
             let fast = mask_rows.is_none()
                 && ownership
                     .fragments
@@ -188,11 +192,7 @@ impl Searcher<'_> {
                 deletions: Some(deletions),
                 allowed: mask_rows,
             });
-            if ownership.fragments.is_empty() {
-                continue;
-            }
             let footer = footers.remove(&segment.id).expect("read above");
-            let plan = &plans[&segment.id];
             let score = |part: &Partition, top: &mut TopK, stats: &mut SearchStats| match (
                 &table, pq_width,
             ) {
@@ -247,25 +247,19 @@ impl Searcher<'_> {
                 if top.is_full() {
                     break;
                 }
-                let part = if translated {
-                    self.cache
-                        .translated_partition(
-                            dir,
-                            segment,
-                            &footer,
-                            p,
-                            pq_width.is_some(),
-                            Translation {
-                                view: &view,
-                                ownership,
-                            },
-                        )
-                        .await?
-                } else {
-                    self.cache
-                        .partition(dir, &segment.file, &footer, p, pq_width.is_some())
-                        .await?
-                };
+                let part = self
+                    .read_probed(
+                        segment,
+                        &footer,
+                        &[p],
+                        pq_width.is_some(),
+                        plan,
+                        &view,
+                        ownership,
+                    )
+                    .await?
+                    .pop()
+                    .expect("one partition read per partition asked");
                 score(&part, &mut top, &mut stats);
                 probed_parts.push(part);
             }
