@@ -4,7 +4,10 @@
 //! Budgeted entries (evicted by second chance when a new one does not fit: the oldest entry
 //! not used since the last sweep goes first, so a hot partition outlives a one-off read; an
 //! entry larger than the whole budget is used once and not kept):
-//! * segment partitions as stored, and partitions translated through a ledger state;
+//! * segment partitions as stored, and partitions translated through a ledger state; an
+//!   IVF_FLAT partition found in the cache again also gets its quantized rows
+//!   ([`super::quantized`], a quarter of its bytes more, counted against the budget), so a
+//!   partition read once and evicted never pays for quantizing;
 //! * decoded vector columns of data files (brute force and exact scoring);
 //! * whole decoded fixed-width columns of data files (fetching a KNN answer's rows).
 //!
@@ -24,6 +27,8 @@ use datafusion::arrow::array::ArrayRef;
 use super::error::{IndexError, Result};
 use super::ivf::IvfModel;
 use super::ownership::segment_ownerships;
+use super::parallel;
+use super::quantized::QuantizedRows;
 use super::segment::{self, Footer, Partition};
 use crate::format::index_meta::{IndexDef, IndexSegment};
 use crate::format::ledger_io::{ledger_key, load_ledger};
@@ -169,6 +174,8 @@ struct Slot {
     entry: Entry,
     /// Read since admitted or since the eviction sweep last passed it.
     used: bool,
+    /// Bytes added to the entry after admission (a partition's quantized rows).
+    grown: usize,
 }
 
 impl CacheState {
@@ -186,6 +193,21 @@ impl CacheState {
         if size > budget || self.entries.contains_key(&key) {
             return;
         }
+        self.make_room(size, budget);
+        self.bytes += size;
+        self.entries.insert(
+            key.clone(),
+            Slot {
+                entry,
+                used: false,
+                grown: 0,
+            },
+        );
+        self.order.push_back(key);
+    }
+
+    /// Evicts until `size` more bytes fit the budget (or nothing is left to evict).
+    fn make_room(&mut self, size: usize, budget: usize) {
         while self.bytes + size > budget {
             let Some(old) = self.order.pop_front() else {
                 break;
@@ -197,15 +219,26 @@ impl CacheState {
                 }
                 Some(_) => {
                     let evicted = self.entries.remove(&old).expect("present");
-                    self.bytes -= evicted.entry.bytes();
+                    self.bytes -= evicted.entry.bytes() + evicted.grown;
                 }
                 None => {}
             }
         }
-        self.bytes += size;
-        self.entries
-            .insert(key.clone(), Slot { entry, used: false });
-        self.order.push_back(key);
+    }
+
+    /// Counts `extra` bytes added to the partition cached under `key` (if it is still that
+    /// partition), evicting others, or the partition itself, to stay within the budget.
+    fn grow(&mut self, key: &Key, part: &Arc<Partition>, extra: usize, budget: usize) {
+        match self.entries.get_mut(key) {
+            Some(slot) if matches!(&slot.entry, Entry::Partition(p) if Arc::ptr_eq(p, part)) => {
+                slot.grown += extra;
+                self.bytes += extra;
+            }
+            _ => return,
+        }
+        if self.bytes > budget {
+            self.make_room(0, budget);
+        }
     }
 }
 
@@ -234,6 +267,39 @@ impl IndexCache {
 
     fn get(&self, key: &Key) -> Option<Entry> {
         self.state.lock().expect("cache lock").get(key)
+    }
+
+    /// Quantizes the IVF_FLAT partitions among `hits` (found in the cache, so reused) that
+    /// are not yet, on every core when they are several, and counts their bytes.
+    fn quantize_reused(&self, hits: &[(Key, Arc<Partition>)]) {
+        let todo: Vec<&(Key, Arc<Partition>)> = hits
+            .iter()
+            .filter(|(_, p)| p.quantized.get().is_none() && !p.vectors.is_empty())
+            .collect();
+        if todo.is_empty() {
+            return;
+        }
+        let threads = if todo.len() > 1 { parallel::cores() } else { 1 };
+        parallel::claim_each(
+            &todo,
+            threads,
+            || (),
+            |_, (_, p)| {
+                p.quantized.get_or_init(|| {
+                    QuantizedRows::quantize(&p.vectors, p.vectors.len() / p.len().max(1))
+                });
+            },
+        );
+        let budget = self.budget();
+        let mut state = self.state.lock().expect("cache lock");
+        for (key, p) in todo {
+            let extra = p
+                .quantized
+                .get()
+                .and_then(Option::as_ref)
+                .map_or(0, |q| q.bytes());
+            state.grow(key, p, extra, budget);
+        }
     }
 
     fn admit(&self, key: Key, entry: Entry) {
@@ -444,6 +510,12 @@ impl IndexCache {
                 _ => None,
             })
             .collect();
+        let hits: Vec<(Key, Arc<Partition>)> = ps
+            .iter()
+            .zip(&found)
+            .filter_map(|(&p, hit)| Some((key(p), hit.clone()?)))
+            .collect();
+        self.quantize_reused(&hits);
         let missing: Vec<usize> = ps
             .iter()
             .zip(&found)
@@ -515,6 +587,7 @@ impl IndexCache {
         let Translation { view, ownership } = translation;
         let key = translated_key(dir, segment, view, p);
         if let Some(Entry::Partition(hit)) = self.get(&key) {
+            self.quantize_reused(&[(key, hit.clone())]);
             return Ok(hit);
         }
         let raw = self.partition(dir, &segment.file, footer, p, pq).await?;
@@ -594,6 +667,7 @@ mod tests {
 
     fn part(rows: usize) -> Entry {
         Entry::Partition(Arc::new(Partition {
+            quantized: Default::default(),
             addrs: vec![0; rows],
             codes: vec![],
             vectors: vec![],
@@ -658,5 +732,45 @@ mod tests {
         s.admit(key(6), part(2), 64);
         assert!(!s.entries.contains_key(&key(4)) && s.entries.contains_key(&key(5)));
         assert_eq!(s.bytes, 64);
+    }
+
+    /// Quantized rows added to a reused partition are counted while it is kept and given
+    /// back when it goes; growing past the budget evicts the others first.
+    #[test]
+    fn quantizing_a_reused_partition_counts_its_bytes_until_it_is_evicted() {
+        let cache = IndexCache::new(1 << 20);
+        let dim = 32;
+        let flat = |rows: usize| {
+            Arc::new(Partition {
+                quantized: Default::default(),
+                addrs: (0..rows as u64).collect(),
+                codes: vec![],
+                vectors: (0..rows * dim).map(|i| (i % 7) as f32).collect(),
+            })
+        };
+        let (a, b) = (flat(1000), flat(1000)); // 136,000 bytes each
+        cache.admit(key(0), Entry::Partition(a.clone()));
+        cache.admit(key(1), Entry::Partition(b.clone()));
+        assert_eq!(cache.bytes_held(), 2 * a.bytes());
+        cache.quantize_reused(&[(key(0), a.clone())]);
+        let extra = a.quantized.get().unwrap().as_ref().unwrap().bytes();
+        assert_eq!(extra, 1000 * dim + 2 * dim * 4 + 1000 * 12);
+        assert_eq!(cache.bytes_held(), 2 * a.bytes() + extra);
+        // A second call finds it done: nothing counted twice.
+        cache.quantize_reused(&[(key(0), a.clone())]);
+        assert_eq!(cache.bytes_held(), 2 * a.bytes() + extra);
+        // Not the cached partition under that key any more: computed, not counted.
+        let stray = flat(10);
+        cache.quantize_reused(&[(key(1), stray.clone())]);
+        assert!(stray.quantized.get().is_some());
+        assert_eq!(cache.bytes_held(), 2 * a.bytes() + extra);
+        // Shrinking the budget below both: the grown entry is evicted with its extra bytes.
+        cache.set_budget(a.bytes() + extra);
+        cache.quantize_reused(&[(key(1), b.clone())]);
+        let held = cache.bytes_held();
+        assert!(held <= a.bytes() + extra, "{held}");
+        let mut state = cache.state.lock().unwrap();
+        state.make_room(usize::MAX / 2, 0);
+        assert_eq!(state.bytes, 0);
     }
 }

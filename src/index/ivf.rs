@@ -536,6 +536,7 @@ mod split_tests {
         let mut parts = vec![big];
         for c in 1..8u64 {
             parts.push(Partition {
+                quantized: Default::default(),
                 addrs: (c * 100..c * 100 + 10).collect(),
                 codes: vec![],
                 vectors: vec![c as f32 * 100.0; 10],

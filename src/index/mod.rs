@@ -33,6 +33,7 @@ pub mod nearest;
 pub mod optimize;
 pub mod ownership;
 pub mod parallel;
+pub mod quantized;
 pub mod sample;
 pub mod search;
 pub mod segment;

@@ -14,6 +14,7 @@ use roaring::{RoaringBitmap, RoaringTreemap};
 use super::distance::{BATCH_ROWS, Metric, dot_rows, l2_squared_rows, metric_key};
 use super::ivf::PQ_CODES;
 use super::parallel;
+use super::quantized::RowBounds;
 use super::segment::Partition;
 use crate::ledger::ids::split_row_address;
 
@@ -142,6 +143,8 @@ pub struct SearchStats {
     pub dropped_ownership: usize,
     pub dropped_deleted: usize,
     pub dropped_filter: usize,
+    /// Rows scored from their codes alone: their bound ruled them out.
+    pub skipped_by_bound: usize,
 }
 
 impl SearchStats {
@@ -164,6 +167,7 @@ impl SearchStats {
         self.dropped_ownership += o.dropped_ownership;
         self.dropped_deleted += o.dropped_deleted;
         self.dropped_filter += o.dropped_filter;
+        self.skipped_by_bound += o.skipped_by_bound;
     }
 }
 
@@ -178,6 +182,14 @@ pub fn score_flat(
     stats: &mut SearchStats,
 ) {
     stats.partitions_probed += 1;
+    if let Some(mut bounds) = part
+        .quantized
+        .get()
+        .and_then(Option::as_ref)
+        .and_then(|r| r.prepare(q, metric))
+    {
+        return score_bounded(part, dim, q, metric, mask, &mut bounds, top, stats);
+    }
     if mask.is_none() && dim > 0 && dim == q.len() && matches!(metric, Metric::L2 | Metric::Dot) {
         // The unfiltered fast path: keys of a batch of rows per kernel call (the same keys
         // as `metric_key`: dot orders by the negated product).
@@ -210,6 +222,60 @@ pub fn score_flat(
         }
         let key = metric_key(metric, q, v).unwrap_or(f32::INFINITY);
         top.push(Candidate { key, addr: *addr });
+    }
+}
+
+/// [`score_flat`] with the partition's quantized rows: each row that passes the mask is
+/// first bounded from its codes, and scored from its floats only when the bound does not
+/// rule it out (see [`crate::index::quantized`]). The same top-k as scoring every row; the
+/// rows ruled out are counted in `skipped_by_bound`.
+#[allow(clippy::too_many_arguments)]
+fn score_bounded(
+    part: &Partition,
+    dim: usize,
+    q: &[f32],
+    metric: Metric,
+    mask: Option<&RowMask>,
+    bounds: &mut RowBounds,
+    top: &mut TopK,
+    stats: &mut SearchStats,
+) {
+    let mut ids = [0u32; BATCH_ROWS];
+    let mut sums = [0f32; BATCH_ROWS];
+    for start in (0..part.len()).step_by(BATCH_ROWS) {
+        let end = (start + BATCH_ROWS).min(part.len());
+        let mut kept = 0;
+        for (i, addr) in (start..end).zip(&part.addrs[start..end]) {
+            if let Some(m) = mask {
+                if !stats.count(m.verdict(*addr)) {
+                    continue;
+                }
+            } else {
+                stats.rows_scored += 1;
+            }
+            ids[kept] = i as u32;
+            kept += 1;
+        }
+        let (ids, sums) = (&ids[..kept], &mut sums[..kept]);
+        // Until the top-k is full every row enters, so a batch that starts before it is
+        // full is scored from its floats alone.
+        let bounded = top.is_full();
+        if bounded {
+            bounds.code_sums(ids, sums);
+        }
+        for (&i, &sum) in ids.iter().zip(sums.iter()) {
+            let i = i as usize;
+            if bounded && bounds.cannot_enter(i, sum, top.bound()) {
+                stats.skipped_by_bound += 1;
+                continue;
+            }
+            let v = &part.vectors[i * dim..(i + 1) * dim];
+            let key = metric_key(metric, q, v).unwrap_or(f32::INFINITY);
+            top.push(Candidate {
+                key,
+                addr: part.addrs[i],
+            });
+        }
     }
 }
 
@@ -311,6 +377,7 @@ mod tests {
             .map(|p| {
                 let rows = rng.random_range(0..1200);
                 Arc::new(Partition {
+                    quantized: Default::default(),
                     addrs: (0..rows).map(|r| row_address(p, r)).collect(),
                     codes: vec![],
                     // Coarse values: many equal keys, so ties must break the same way.
@@ -342,6 +409,7 @@ mod tests {
         let stale = row_address(1, 0); // fragment 1 was invalidated
         let owned: Vec<u64> = (0..3).map(|o| row_address(0, o)).collect();
         let part = Partition {
+            quantized: Default::default(),
             addrs: vec![stale, owned[0], owned[1], owned[2]],
             codes: vec![],
             vectors: vec![0.0, 5.0, 6.0, 7.0],

@@ -27,12 +27,14 @@ pub mod groups;
 mod local;
 
 use std::ops::Range;
+use std::sync::OnceLock;
 
 use bytes::Bytes;
 use object_store::ObjectStoreExt;
 
 use crate::format::integrity::crc32c;
 use crate::format::{FormatError, Result, TableDir};
+use crate::index::quantized::QuantizedRows;
 
 pub use encoder::SegmentEncoder;
 
@@ -51,6 +53,10 @@ pub struct Partition {
     pub codes: Vec<u8>,
     /// `addrs.len() × dim` floats for IVF_FLAT, or empty for IVF_PQ.
     pub vectors: Vec<f32>,
+    /// The vectors at one byte per value with error bounds, once the cache has seen the
+    /// partition reused ([`crate::index::quantized`]; `Some(None)` when they cannot be
+    /// bounded); a search then skips the rows that cannot enter its top-k. Not in the file.
+    pub quantized: OnceLock<Option<QuantizedRows>>,
 }
 
 impl Partition {
@@ -298,6 +304,7 @@ fn decode_partition(bytes: &[u8], rows: usize, row_width: usize, pq: bool) -> Pa
         .collect();
     if pq {
         Partition {
+            quantized: Default::default(),
             addrs,
             codes: payload[..rows * row_width].to_vec(),
             vectors: vec![],
@@ -308,6 +315,7 @@ fn decode_partition(bytes: &[u8], rows: usize, row_width: usize, pq: bool) -> Pa
             .map(|c| f32::from_le_bytes(c.try_into().expect("4")))
             .collect();
         Partition {
+            quantized: Default::default(),
             addrs,
             codes: vec![],
             vectors,
@@ -435,12 +443,14 @@ mod tests {
     fn parts() -> Vec<Partition> {
         vec![
             Partition {
+                quantized: Default::default(),
                 addrs: vec![1, 2],
                 codes: vec![],
                 vectors: vec![1.0, 2.0, 3.0, 4.0],
             },
             Partition::default(),
             Partition {
+                quantized: Default::default(),
                 addrs: vec![9],
                 codes: vec![],
                 vectors: vec![5.0, 6.0],
@@ -589,6 +599,7 @@ mod tests {
                 .iter()
                 .enumerate()
                 .map(|(p, &n)| Partition {
+                    quantized: Default::default(),
                     addrs: (0..n as u64).map(|i| i * 7 + p as u64).collect(),
                     codes: if pq { vec![p as u8; n * 3] } else { vec![] },
                     vectors: if pq { vec![] } else { vec![p as f32; n * 2] },

@@ -87,6 +87,8 @@ pub struct KnnStats {
     pub dropped_ownership: usize,
     pub dropped_deleted: usize,
     pub dropped_filter: usize,
+    /// Rows of quantized partitions ruled out from their codes (not scored from floats).
+    pub skipped_by_bound: usize,
     pub unindexed_rows: usize,
     pub exact_fallbacks: usize,
     /// Data fragments whose rows were read from Parquet (scoring or fetching rows).
@@ -114,6 +116,7 @@ pub(crate) struct Counters {
     pub dropped_ownership: AtomicUsize,
     pub dropped_deleted: AtomicUsize,
     pub dropped_filter: AtomicUsize,
+    pub skipped_by_bound: AtomicUsize,
     pub unindexed_rows: AtomicUsize,
     pub exact_fallbacks: AtomicUsize,
     pub fragments_read: AtomicUsize,
@@ -133,6 +136,7 @@ impl Counters {
             dropped_ownership: get(&self.dropped_ownership),
             dropped_deleted: get(&self.dropped_deleted),
             dropped_filter: get(&self.dropped_filter),
+            skipped_by_bound: get(&self.skipped_by_bound),
             unindexed_rows: get(&self.unindexed_rows),
             exact_fallbacks: get(&self.exact_fallbacks),
             fragments_read: get(&self.fragments_read),

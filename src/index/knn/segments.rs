@@ -27,6 +27,7 @@ impl Searcher<'_> {
         Counters::add(&c.dropped_ownership, s.dropped_ownership);
         Counters::add(&c.dropped_deleted, s.dropped_deleted);
         Counters::add(&c.dropped_filter, s.dropped_filter);
+        Counters::add(&c.skipped_by_bound, s.skipped_by_bound);
     }
 
     /// Index search plus brute force over fragments no segment owns.

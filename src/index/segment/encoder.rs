@@ -180,6 +180,7 @@ mod tests {
             .map(|(p, &n)| {
                 let x = seed.wrapping_mul(p as u64 + 1);
                 Partition {
+                    quantized: Default::default(),
                     addrs: (0..n as u64).map(|i| x ^ (i << 32)).collect(),
                     codes: if pq {
                         (0..n * 3).map(|i| (x as usize + i) as u8).collect()

@@ -151,6 +151,7 @@ fn read_one(file: &File, job: Job, buffers: Buffers) -> std::result::Result<Part
         let codes = read_vec(file, buffers.codes, rows * row_width, payload_at, p)?;
         check("payload", &codes, payload_sum)?;
         return Ok(Partition {
+            quantized: Default::default(),
             addrs,
             codes,
             vectors: vec![],
@@ -169,6 +170,7 @@ fn read_one(file: &File, job: Job, buffers: Buffers) -> std::result::Result<Part
         }
     }
     Ok(Partition {
+        quantized: Default::default(),
         addrs,
         codes: vec![],
         vectors,
@@ -248,11 +250,13 @@ mod tests {
 
     fn parts(pq: bool) -> Vec<Partition> {
         let flat = |addrs: Vec<u64>, vectors: Vec<f32>| Partition {
+            quantized: Default::default(),
             addrs,
             codes: vec![],
             vectors,
         };
         let coded = |addrs: Vec<u64>, codes: Vec<u8>| Partition {
+            quantized: Default::default(),
             addrs,
             codes,
             vectors: vec![],

@@ -1,0 +1,577 @@
+//! A partition's vectors at one byte per value, kept beside its floats so that a search
+//! reads a quarter of the bytes for most rows and still ranks every row exactly.
+//!
+//! Each dimension is quantized over the partition's range: `x̂[d] = lo[d] + step[d] × c[d]`
+//! with `c[d]` in `0..=255`, and each row keeps `err ≥ ‖x − x̂‖`, its reconstruction error
+//! computed exactly (in `f64`, rounded up). The triangle inequality then bounds each row's
+//! true key from below by what its codes give:
+//! - L2: `‖x − q‖ ≥ ‖x̂ − q‖ − err`;
+//! - dot and cosine: `q·x ≤ q·x̂ + ‖q‖ × err` (Cauchy–Schwarz).
+//!
+//! A row whose lower bound is above the current k-th best key cannot enter the top-k and is
+//! skipped; every other row is scored exactly from its floats by the usual kernels. The
+//! answer is therefore the answer of scoring every row exactly, bit for bit: this is not an
+//! approximation with a recall, and the bound only decides how many rows are read twice.
+//!
+//! Both computations round. A sum of `n` terms in `f32` is off by at most `(n + 3)·2⁻²⁴`
+//! times the sum of the terms' magnitudes, whatever the order of additions; every bound here
+//! is widened by twice that (`gamma = (dim + 8)·2⁻²³`) against the largest magnitudes the
+//! terms can have, so a skipped row's *computed* key is strictly above the bound. The
+//! property test at the end checks the whole claim against scoring every row.
+//!
+//! Pure computation; the cache decides which partitions are worth quantizing.
+
+use super::distance::{Metric, dot};
+
+/// Below this many dimensions the floats are few enough that reading them is as cheap as
+/// reading codes and checking a bound.
+pub const MIN_DIM: usize = 16;
+
+/// Values beyond this magnitude are not quantized: the squares of a row's differences must
+/// stay far from `f32::MAX` for the rounding bounds above to hold.
+const LIMIT: f32 = 1e15;
+
+/// Codes and error bounds of a partition's rows (see the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantizedRows {
+    dim: usize,
+    lo: Vec<f32>,
+    step: Vec<f32>,
+    /// `rows × dim` codes.
+    codes: Vec<u8>,
+    /// Per row: `≥ ‖x − x̂‖`.
+    err: Vec<f32>,
+    /// Per row: `≥ err + gamma × (span + ‖x‖)`, the dot product's error per unit of `‖q‖`.
+    reach: Vec<f32>,
+    /// Per row: `sqrt(dot(x, x))` exactly as the cosine kernel computes it.
+    norm: Vec<f32>,
+    /// `≥ ‖lo‖ + 255 × ‖step‖`: bounds `‖x̂‖` and the magnitudes of the code sums.
+    span: f32,
+    gamma: f32,
+}
+
+/// `x` rounded up to an `f32`.
+fn up(x: f64) -> f32 {
+    let f = x as f32;
+    if (f as f64) < x { f.next_up() } else { f }
+}
+
+impl QuantizedRows {
+    /// Quantizes `vectors` (`dim` floats per row), or `None` when the partition is empty, the
+    /// rows are too narrow to gain, or a value is not finite or too large to bound.
+    pub fn quantize(vectors: &[f32], dim: usize) -> Option<Self> {
+        if dim < MIN_DIM || vectors.is_empty() || !vectors.len().is_multiple_of(dim) {
+            return None;
+        }
+        if !vectors.iter().all(|v| v.abs() <= LIMIT) {
+            return None; // also refuses NaN
+        }
+        let rows = vectors.len() / dim;
+        let mut lo = vectors[..dim].to_vec();
+        let mut hi = lo.clone();
+        for row in vectors.chunks_exact(dim) {
+            for d in 0..dim {
+                lo[d] = lo[d].min(row[d]);
+                hi[d] = hi[d].max(row[d]);
+            }
+        }
+        let step: Vec<f32> = lo
+            .iter()
+            .zip(&hi)
+            .map(|(l, h)| ((*h as f64 - *l as f64) / 255.0) as f32)
+            .collect();
+        let gamma = (dim + 8) as f64 * f64::powi(2.0, -23);
+        let norm2 = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
+        let span = norm2(&mut lo.iter().map(|l| *l as f64))
+            + 255.0 * norm2(&mut step.iter().map(|s| *s as f64));
+        let mut codes = Vec::with_capacity(vectors.len());
+        let (mut err, mut reach, mut norm) = (
+            Vec::with_capacity(rows),
+            Vec::with_capacity(rows),
+            Vec::with_capacity(rows),
+        );
+        for row in vectors.chunks_exact(dim) {
+            let (mut e2, mut x2) = (0f64, 0f64);
+            for d in 0..dim {
+                let (x, l, s) = (row[d] as f64, lo[d] as f64, step[d] as f64);
+                let c = if s > 0.0 {
+                    ((x - l) / s).round().clamp(0.0, 255.0)
+                } else {
+                    0.0
+                };
+                codes.push(c as u8);
+                let miss = x - (l + s * c);
+                e2 += miss * miss;
+                x2 += x * x;
+            }
+            // The f64 sums' own rounding is ~1e-16 relative: a millionth covers it.
+            let e = e2.sqrt() * (1.0 + 1e-6);
+            err.push(up(e));
+            reach.push(up((e + gamma * (span + x2.sqrt())) * (1.0 + gamma)));
+            norm.push(dot(row, row).sqrt());
+        }
+        Some(Self {
+            dim,
+            lo,
+            step,
+            codes,
+            err,
+            reach,
+            norm,
+            span: up(span * (1.0 + 1e-6)),
+            gamma: up(gamma),
+        })
+    }
+
+    pub fn rows(&self) -> usize {
+        self.err.len()
+    }
+
+    /// Heap bytes held.
+    pub fn bytes(&self) -> usize {
+        self.codes.len() + (self.lo.len() + self.step.len()) * 4 + self.err.len() * 12
+    }
+
+    /// What one query needs to bound this partition's rows, or `None` when the query cannot
+    /// be bounded (another dimension, or a value that is not finite or too large).
+    pub fn prepare(&self, q: &[f32], metric: Metric) -> Option<RowBounds<'_>> {
+        if q.len() != self.dim || !q.iter().all(|v| v.abs() <= LIMIT) {
+            return None;
+        }
+        let q_norm = up(q.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt() * (1.0 + 1e-6));
+        let (weights, base) = match metric {
+            // Per dimension: `q − lo`, so that `step × c − (q − lo) = x̂ − q`.
+            Metric::L2 => (q.iter().zip(&self.lo).map(|(q, l)| q - l).collect(), 0.0),
+            // Per dimension: `q × step`, so that `q·x̂ = q·lo + Σ (q × step) × c`.
+            Metric::Dot | Metric::Cosine => (
+                q.iter().zip(&self.step).map(|(q, s)| q * s).collect(),
+                q.iter()
+                    .zip(&self.lo)
+                    .map(|(q, l)| *q as f64 * *l as f64)
+                    .sum::<f64>() as f32,
+            ),
+        };
+        let gamma = self.gamma;
+        let reach_all = q_norm as f64 + self.span as f64;
+        Some(RowBounds {
+            rows: self,
+            metric,
+            weights,
+            base,
+            q_norm,
+            q_norm_cosine: dot(q, q).sqrt(),
+            slack_l2: up(gamma as f64 * reach_all * reach_all),
+            bound_at: f32::NAN,
+            reach_of_bound: f32::INFINITY,
+        })
+    }
+}
+
+/// One query's view of a [`QuantizedRows`]: lower bounds of its rows' keys.
+#[derive(Debug)]
+pub struct RowBounds<'a> {
+    rows: &'a QuantizedRows,
+    metric: Metric,
+    weights: Vec<f32>,
+    base: f32,
+    q_norm: f32,
+    /// `sqrt(dot(q, q))` exactly as the cosine kernel computes it.
+    q_norm_cosine: f32,
+    /// `≥ gamma × (‖q‖ + span)²`: the rounding of an L2 code sum.
+    slack_l2: f32,
+    /// The k-th best key `reach_of_bound` was computed for.
+    bound_at: f32,
+    /// L2: `sqrt(bound) × (1 + gamma)`.
+    reach_of_bound: f32,
+}
+
+impl RowBounds<'_> {
+    /// Whether row `i`'s exact key is certainly above `bound` (the k-th best key of a full
+    /// top-k), so it cannot enter. `code_sum` is [`Self::code_sums`]'s value for the row.
+    #[inline]
+    pub fn cannot_enter(&mut self, i: usize, code_sum: f32, bound: f32) -> bool {
+        if !code_sum.is_finite() || !bound.is_finite() {
+            return false;
+        }
+        let gamma = self.rows.gamma;
+        match self.metric {
+            Metric::L2 => {
+                if self.bound_at.to_bits() != bound.to_bits() {
+                    self.bound_at = bound;
+                    self.reach_of_bound = bound.max(0.0).sqrt() * (1.0 + gamma);
+                }
+                let r = self.rows.err[i] + self.reach_of_bound;
+                code_sum > r * r * (1.0 + gamma) + self.slack_l2
+            }
+            Metric::Dot => {
+                let approx = self.base + code_sum;
+                let reach = self.q_norm * self.rows.reach[i];
+                let lower = -approx - reach;
+                lower - gamma * (approx.abs() + reach) > bound
+            }
+            Metric::Cosine => {
+                let denominator = self.q_norm_cosine * self.rows.norm[i];
+                if denominator == 0.0 || !denominator.is_finite() {
+                    return false;
+                }
+                let approx = self.base + code_sum;
+                let reach = self.q_norm * self.rows.reach[i];
+                let ratio = (approx + reach) / denominator;
+                let rounding = 2.0 * gamma * (1.0 + (approx.abs() + reach) / denominator);
+                let lower = (1.0 - ratio - rounding).min(2.0);
+                lower > bound
+            }
+        }
+    }
+
+    /// The code sums of rows `ids` into `out` (one slot per id): for L2 `Σ (step × c −
+    /// (q − lo))²`, else `Σ q × step × c`.
+    pub fn code_sums(&self, ids: &[u32], out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: the CPU has AVX2 and FMA (checked just above).
+            return unsafe { avx2::code_sums(self, ids, out) };
+        }
+        let dim = self.rows.dim;
+        for (i, slot) in ids.iter().zip(out.iter_mut()) {
+            let c = &self.rows.codes[*i as usize * dim..(*i as usize + 1) * dim];
+            *slot = match self.metric {
+                Metric::L2 => l2_sum(&self.rows.step, &self.weights, c),
+                _ => dot_sum(&self.weights, c),
+            };
+        }
+    }
+}
+
+fn l2_sum(step: &[f32], r: &[f32], codes: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    let n = codes.len() - codes.len() % 8;
+    for d in (0..n).step_by(8) {
+        for j in 0..8 {
+            let t = step[d + j] * codes[d + j] as f32 - r[d + j];
+            acc[j] += t * t;
+        }
+    }
+    let mut sum: f32 = acc.iter().sum();
+    for d in n..codes.len() {
+        let t = step[d] * codes[d] as f32 - r[d];
+        sum += t * t;
+    }
+    sum
+}
+
+fn dot_sum(w: &[f32], codes: &[u8]) -> f32 {
+    let mut acc = [0f32; 8];
+    let n = codes.len() - codes.len() % 8;
+    for d in (0..n).step_by(8) {
+        for j in 0..8 {
+            acc[j] += w[d + j] * codes[d + j] as f32;
+        }
+    }
+    let mut sum: f32 = acc.iter().sum();
+    for d in n..codes.len() {
+        sum += w[d] * codes[d] as f32;
+    }
+    sum
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::{
+        __m128i, __m256, _mm_loadl_epi64, _mm256_add_ps, _mm256_cvtepi32_ps, _mm256_cvtepu8_epi32,
+        _mm256_fmadd_ps, _mm256_fmsub_ps, _mm256_loadu_ps, _mm256_setzero_ps, _mm256_storeu_ps,
+    };
+
+    use super::{Metric, RowBounds};
+
+    #[target_feature(enable = "avx2,fma")]
+    pub fn code_sums(bounds: &RowBounds, ids: &[u32], out: &mut [f32]) {
+        let dim = bounds.rows.dim;
+        let l2 = bounds.metric == Metric::L2;
+        for (i, slot) in ids.iter().zip(out.iter_mut()) {
+            let c = &bounds.rows.codes[*i as usize * dim..(*i as usize + 1) * dim];
+            *slot = if l2 {
+                sum(&bounds.rows.step, &bounds.weights, c, true)
+            } else {
+                sum(&bounds.weights, &bounds.weights, c, false)
+            };
+        }
+    }
+
+    /// L2: `Σ (a × c − b)²`; else `Σ a × c`. Four 8-lane accumulators, then a scalar tail.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn sum(a: &[f32], b: &[f32], codes: &[u8], l2: bool) -> f32 {
+        let n = codes.len().min(a.len()).min(b.len());
+        let wide = n - n % 32;
+        let narrow = n - n % 8;
+        // SAFETY (every load): `d + 8 <= narrow <= n` for each 8-wide load, inside all three
+        // slices; an 8-byte code load reads `codes[d..d + 8]`.
+        let floats = |s: &[f32], d: usize| unsafe { _mm256_loadu_ps(s.as_ptr().add(d)) };
+        let code = |d: usize| unsafe {
+            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                codes.as_ptr().add(d) as *const __m128i
+            )))
+        };
+        let term = |acc: __m256, d: usize| {
+            if l2 {
+                let t = _mm256_fmsub_ps(floats(a, d), code(d), floats(b, d));
+                _mm256_fmadd_ps(t, t, acc)
+            } else {
+                _mm256_fmadd_ps(floats(a, d), code(d), acc)
+            }
+        };
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let mut d = 0;
+        while d < wide {
+            for (j, acc) in acc.iter_mut().enumerate() {
+                *acc = term(*acc, d + 8 * j);
+            }
+            d += 32;
+        }
+        let mut lanes = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+        while d < narrow {
+            lanes = term(lanes, d);
+            d += 8;
+        }
+        let mut out = [0f32; 8];
+        // SAFETY: `out` holds exactly eight floats.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), lanes) };
+        let mut total: f32 = out.iter().sum();
+        for d in narrow..n {
+            let c = codes[d] as f32;
+            total += if l2 {
+                let t = a[d] * c - b[d];
+                t * t
+            } else {
+                a[d] * c
+            };
+        }
+        total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference(rows: &QuantizedRows, i: usize, q: &[f32], metric: Metric) -> f64 {
+        let dim = rows.dim;
+        (0..dim)
+            .map(|d| {
+                let x = rows.lo[d] as f64 + rows.step[d] as f64 * rows.codes[i * dim + d] as f64;
+                match metric {
+                    Metric::L2 => (x - q[d] as f64).powi(2),
+                    _ => x * q[d] as f64,
+                }
+            })
+            .sum()
+    }
+
+    #[test]
+    fn code_sums_match_the_reconstruction() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        for dim in [16, 17, 40, 128, 131] {
+            let vectors: Vec<f32> = (0..50 * dim).map(|_| rng.random_range(-3.0..3.0)).collect();
+            let rows = QuantizedRows::quantize(&vectors, dim).unwrap();
+            let q: Vec<f32> = (0..dim).map(|_| rng.random_range(-3.0..3.0)).collect();
+            for metric in [Metric::L2, Metric::Dot] {
+                let bounds = rows.prepare(&q, metric).unwrap();
+                let ids: Vec<u32> = (0..50).collect();
+                let mut out = vec![0f32; 50];
+                bounds.code_sums(&ids, &mut out);
+                for (i, got) in out.iter().enumerate() {
+                    let want = reference(&rows, i, &q, metric)
+                        - if metric == Metric::L2 {
+                            0.0
+                        } else {
+                            bounds.base as f64
+                        };
+                    assert!(
+                        (*got as f64 - want).abs() < 1e-3,
+                        "{dim} {metric:?} {got} {want}"
+                    );
+                }
+            }
+            // Each row's stored error bounds its distance to its reconstruction.
+            for (i, row) in vectors.chunks_exact(dim).enumerate() {
+                let miss: f64 = (0..dim)
+                    .map(|d| {
+                        let x = rows.lo[d] as f64
+                            + rows.step[d] as f64 * rows.codes[i * dim + d] as f64;
+                        (row[d] as f64 - x).powi(2)
+                    })
+                    .sum::<f64>()
+                    .sqrt();
+                assert!(miss <= rows.err[i] as f64);
+                assert!(
+                    rows.err[i] as f64
+                        <= 0.5
+                            * (0..dim)
+                                .map(|d| (rows.step[d] as f64).powi(2))
+                                .sum::<f64>()
+                                .sqrt()
+                            + 1e-6
+                );
+            }
+        }
+    }
+
+    use crate::index::search::{RowMask, SearchStats, TopK, score_flat};
+    use crate::index::segment::Partition;
+    use crate::ledger::ids::row_address;
+    use proptest::prelude::*;
+    use roaring::{RoaringBitmap, RoaringTreemap};
+    use std::collections::HashMap;
+
+    /// The top-k (keys as bits, addresses) and counts of scoring `part` with and without its
+    /// quantized rows.
+    fn both_ways(
+        part: &Partition,
+        dim: usize,
+        q: &[f32],
+        metric: Metric,
+        mask: Option<&RowMask>,
+        k: usize,
+    ) -> [(Vec<(u32, u64)>, SearchStats); 2] {
+        let run = |part: &Partition| {
+            let mut top = TopK::new(k);
+            let mut stats = SearchStats::default();
+            score_flat(part, dim, q, metric, mask, &mut top, &mut stats);
+            let got = top
+                .into_sorted()
+                .iter()
+                .map(|c| (c.key.to_bits(), c.addr))
+                .collect();
+            (got, stats)
+        };
+        let plain = Partition {
+            addrs: part.addrs.clone(),
+            vectors: part.vectors.clone(),
+            ..Default::default()
+        };
+        [run(part), run(&plain)]
+    }
+
+    /// Rows of a few shapes: spread values at several scales, a few distinct values (many
+    /// equal keys), duplicated rows and zero rows (undefined cosine).
+    fn rows_strategy() -> impl Strategy<Value = (usize, Vec<f32>)> {
+        (16usize..40, 1usize..200, 0u8..4, -3i32..4, any::<u64>()).prop_map(
+            |(dim, rows, shape, scale, seed)| {
+                use rand::{Rng, SeedableRng};
+                let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+                let scale = 10f32.powi(scale);
+                let mut v: Vec<f32> = (0..rows * dim)
+                    .map(|_| match shape {
+                        0 => rng.random_range(-1.0..1.0) * scale,
+                        1 => rng.random_range(0..3) as f32 * scale,
+                        _ => {
+                            (rng.random_range(-1.0f32..1.0) + (rng.random_range(0..4) as f32))
+                                * scale
+                        }
+                    })
+                    .collect();
+                for r in 0..rows {
+                    match rng.random_range(0..10) {
+                        0 => v[r * dim..(r + 1) * dim].fill(0.0),
+                        1 if r > 0 => v.copy_within((r - 1) * dim..r * dim, r * dim),
+                        _ => {}
+                    }
+                }
+                (dim, v)
+            },
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// If this fails, a row the bound skipped belonged in the top-k: the quantized path
+        /// answered differently from scoring every row.
+        #[test]
+        fn prop_bounded_scoring_is_scoring_every_row(
+            (dim, vectors) in rows_strategy(),
+            query_kind in 0u8..4,
+            query_row in any::<prop::sample::Index>(),
+            noise in prop::collection::vec(-1f32..1.0, 40),
+            k in 1usize..25,
+            masked in any::<bool>(),
+            mask_seed in any::<u64>(),
+        ) {
+            let rows = vectors.len() / dim;
+            let part = Partition {
+                addrs: (0..rows as u64).map(|r| row_address(r % 3, r)).collect(),
+                vectors: vectors.clone(),
+                ..Default::default()
+            };
+            let Some(quantized) = QuantizedRows::quantize(&vectors, dim) else {
+                return Ok(());
+            };
+            part.quantized.set(Some(quantized)).unwrap();
+            let at = query_row.index(rows);
+            let row = &vectors[at * dim..(at + 1) * dim];
+            let q: Vec<f32> = match query_kind {
+                0 => row.to_vec(),
+                1 => row.iter().zip(&noise).map(|(x, n)| x + n * 0.01).collect(),
+                2 => vec![0.0; dim],
+                _ => noise[..dim].iter().map(|n| n * 3.0).collect(),
+            };
+            let deletions: HashMap<u64, RoaringBitmap> =
+                HashMap::from([(1, (0..rows as u32).filter(|r| (*r as u64 ^ mask_seed).is_multiple_of(5)).collect())]);
+            let allowed: RoaringTreemap =
+                part.addrs.iter().copied().filter(|a| (a ^ mask_seed) % 3 != 0).collect();
+            let mask = RowMask { owned: vec![0, 1], deletions: Some(&deletions), allowed: Some(&allowed) };
+            let mask = masked.then_some(&mask);
+            for metric in [Metric::L2, Metric::Dot, Metric::Cosine] {
+                let [(got, mut stats), (want, want_stats)] =
+                    both_ways(&part, dim, &q, metric, mask, k);
+                prop_assert_eq!(&got, &want, "{:?}", metric);
+                stats.skipped_by_bound = 0;
+                prop_assert_eq!(stats, want_stats);
+            }
+        }
+    }
+
+    /// Clustered rows and a query near one of them: most rows are ruled out from their codes
+    /// (so the test above compares two different computations, not one twice).
+    #[test]
+    fn most_rows_of_a_clustered_partition_are_skipped() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let dim = 128;
+        let vectors: Vec<f32> = (0..2000 * dim)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        let part = Partition {
+            addrs: (0..2000).collect(),
+            vectors: vectors.clone(),
+            ..Default::default()
+        };
+        part.quantized
+            .set(QuantizedRows::quantize(&vectors, dim))
+            .unwrap();
+        let q: Vec<f32> = vectors[..dim].iter().map(|x| x + 0.01).collect();
+        for metric in [Metric::L2, Metric::Dot, Metric::Cosine] {
+            let [(got, stats), (want, _)] = both_ways(&part, dim, &q, metric, None, 10);
+            assert_eq!(got, want);
+            assert!(stats.skipped_by_bound > 1500, "{metric:?}: {stats:?}");
+        }
+    }
+
+    #[test]
+    fn what_cannot_be_bounded_is_not_quantized() {
+        assert!(QuantizedRows::quantize(&[1.0; 8 * 4], 8).is_none());
+        assert!(QuantizedRows::quantize(&[], 16).is_none());
+        let mut v = vec![1.0f32; 32];
+        v[3] = f32::NAN;
+        assert!(QuantizedRows::quantize(&v, 16).is_none());
+        v[3] = 1e30;
+        assert!(QuantizedRows::quantize(&v, 16).is_none());
+        let rows = QuantizedRows::quantize(&[0.5; 32], 16).unwrap();
+        assert!(rows.prepare(&[f32::INFINITY; 16], Metric::L2).is_none());
+        assert!(rows.prepare(&[0.0; 15], Metric::L2).is_none());
+        assert_eq!(rows.rows(), 2);
+    }
+}
