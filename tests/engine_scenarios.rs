@@ -1011,7 +1011,11 @@ async fn quantized_partitions_skip_rows_and_answer_what_a_full_sort_answers() {
             let want = distances(scan(&s, &query(", id")).await);
             // First: partitions read and cached. Second: found again, quantized.
             for round in 0..2 {
-                assert_eq!(distances(scan(&s, &query("")).await), want, "{metric} {round}");
+                assert_eq!(
+                    distances(scan(&s, &query("")).await),
+                    want,
+                    "{metric} {round}"
+                );
             }
             let r = s
                 .sql_one(&format!("EXPLAIN ANALYZE {}", query("")))

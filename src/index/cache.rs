@@ -4,10 +4,11 @@
 //! Budgeted entries (evicted by second chance when a new one does not fit: the oldest entry
 //! not used since the last sweep goes first, so a hot partition outlives a one-off read; an
 //! entry larger than the whole budget is used once and not kept):
-//! * segment partitions as stored, and partitions translated through a ledger state; an
-//!   IVF_FLAT partition found in the cache again also gets its quantized rows
-//!   ([`super::quantized`], a quarter of its bytes more, counted against the budget), so a
-//!   partition read once and evicted never pays for quantizing;
+//! * segment partitions as stored, and partitions translated through a ledger state, with
+//!   the quantized rows of IVF_FLAT partitions ([`super::quantized`], a quarter of their
+//!   bytes more, counted against the budget). A partition is quantized when it is admitted
+//!   while the budget has room, else when it is found in the cache again: once the cache
+//!   evicts, a partition read once and evicted never pays for quantizing;
 //! * decoded vector columns of data files (brute force and exact scoring);
 //! * whole decoded fixed-width columns of data files (fetching a KNN answer's rows).
 //!
@@ -28,7 +29,6 @@ use super::error::{IndexError, Result};
 use super::ivf::IvfModel;
 use super::ownership::segment_ownerships;
 use super::parallel;
-use super::quantized::QuantizedRows;
 use super::segment::{self, Footer, Partition};
 use crate::format::index_meta::{IndexDef, IndexSegment};
 use crate::format::ledger_io::{ledger_key, load_ledger};
@@ -174,8 +174,9 @@ struct Slot {
     entry: Entry,
     /// Read since admitted or since the eviction sweep last passed it.
     used: bool,
-    /// Bytes added to the entry after admission (a partition's quantized rows).
-    grown: usize,
+    /// Bytes counted for the entry: its size when admitted, plus what it grew since (a
+    /// partition's quantized rows).
+    bytes: usize,
 }
 
 impl CacheState {
@@ -200,7 +201,7 @@ impl CacheState {
             Slot {
                 entry,
                 used: false,
-                grown: 0,
+                bytes: size,
             },
         );
         self.order.push_back(key);
@@ -219,7 +220,7 @@ impl CacheState {
                 }
                 Some(_) => {
                     let evicted = self.entries.remove(&old).expect("present");
-                    self.bytes -= evicted.entry.bytes() + evicted.grown;
+                    self.bytes -= evicted.bytes;
                 }
                 None => {}
             }
@@ -231,7 +232,7 @@ impl CacheState {
     fn grow(&mut self, key: &Key, part: &Arc<Partition>, extra: usize, budget: usize) {
         match self.entries.get_mut(key) {
             Some(slot) if matches!(&slot.entry, Entry::Partition(p) if Arc::ptr_eq(p, part)) => {
-                slot.grown += extra;
+                slot.bytes += extra;
                 self.bytes += extra;
             }
             _ => return,
@@ -279,17 +280,8 @@ impl IndexCache {
         if todo.is_empty() {
             return;
         }
-        let threads = if todo.len() > 1 { parallel::cores() } else { 1 };
-        parallel::claim_each(
-            &todo,
-            threads,
-            || (),
-            |_, (_, p)| {
-                p.quantized.get_or_init(|| {
-                    QuantizedRows::quantize(&p.vectors, p.vectors.len() / p.len().max(1))
-                });
-            },
-        );
+        let parts: Vec<&Partition> = todo.iter().map(|(_, p)| p.as_ref()).collect();
+        quantize_all(&parts);
         let budget = self.budget();
         let mut state = self.state.lock().expect("cache lock");
         for (key, p) in todo {
@@ -299,6 +291,19 @@ impl IndexCache {
                 .and_then(Option::as_ref)
                 .map_or(0, |q| q.bytes());
             state.grow(key, p, extra, budget);
+        }
+    }
+
+    /// Quantizes `parts`, about to be admitted, when the budget has room for them and their
+    /// quantized rows without evicting anything.
+    fn quantize_if_room(&self, parts: &[&Partition]) {
+        let incoming: usize = parts.iter().map(|p| p.bytes() + p.vectors.len()).sum();
+        let room = {
+            let state = self.state.lock().expect("cache lock");
+            state.bytes + incoming <= self.budget()
+        };
+        if room {
+            quantize_all(parts);
         }
     }
 
@@ -522,9 +527,11 @@ impl IndexCache {
             .filter(|(_, f)| f.is_none())
             .map(|(&p, _)| p)
             .collect();
-        let mut read = segment::read_partitions(dir, file, footer, &missing, pq)
-            .await?
-            .into_iter();
+        let read = segment::read_partitions(dir, file, footer, &missing, pq).await?;
+        if admit {
+            self.quantize_if_room(&read.iter().collect::<Vec<_>>());
+        }
+        let mut read = read.into_iter();
         for (slot, &p) in found.iter_mut().zip(ps) {
             if slot.is_none() {
                 let partition = Arc::new(read.next().expect("one partition per missing one"));
@@ -616,10 +623,21 @@ impl IndexCache {
                     .extend_from_slice(&raw.vectors[i * width..(i + 1) * width]);
             }
         }
+        self.quantize_if_room(&[&out]);
         let out = Arc::new(out);
         self.admit(key, Entry::Partition(out.clone()));
         Ok(out)
     }
+}
+
+/// Quantizes the rows of `parts`, on every core when they are several.
+fn quantize_all(parts: &[&Partition]) {
+    let threads = if parts.len() > 1 {
+        parallel::cores()
+    } else {
+        1
+    };
+    parallel::claim_each(parts, threads, || (), |_, p| p.quantize());
 }
 
 /// The cache key of partition `p` of `segment` translated through `view`.
@@ -735,9 +753,10 @@ mod tests {
     }
 
     /// Quantized rows added to a reused partition are counted while it is kept and given
-    /// back when it goes; growing past the budget evicts the others first.
+    /// back when it goes; growing past the budget evicts the others first. Partitions about
+    /// to be admitted are quantized only while the budget has room.
     #[test]
-    fn quantizing_a_reused_partition_counts_its_bytes_until_it_is_evicted() {
+    fn quantized_rows_are_counted_while_kept_and_made_only_with_room() {
         let cache = IndexCache::new(1 << 20);
         let dim = 32;
         let flat = |rows: usize| {
@@ -748,27 +767,37 @@ mod tests {
                 vectors: (0..rows * dim).map(|i| (i % 7) as f32).collect(),
             })
         };
-        let (a, b) = (flat(1000), flat(1000)); // 136,000 bytes each
+        let (a, b) = (flat(1000), flat(1000));
+        let plain = a.bytes(); // 136,000 bytes each
         cache.admit(key(0), Entry::Partition(a.clone()));
         cache.admit(key(1), Entry::Partition(b.clone()));
-        assert_eq!(cache.bytes_held(), 2 * a.bytes());
+        assert_eq!(cache.bytes_held(), 2 * plain);
         cache.quantize_reused(&[(key(0), a.clone())]);
-        let extra = a.quantized.get().unwrap().as_ref().unwrap().bytes();
-        assert_eq!(extra, 1000 * dim + 2 * dim * 4 + 1000 * 12);
-        assert_eq!(cache.bytes_held(), 2 * a.bytes() + extra);
+        let extra = 1000 * dim + 2 * dim * 4 + 1000 * 12;
+        assert_eq!(a.bytes(), plain + extra);
+        assert_eq!(cache.bytes_held(), 2 * plain + extra);
         // A second call finds it done: nothing counted twice.
         cache.quantize_reused(&[(key(0), a.clone())]);
-        assert_eq!(cache.bytes_held(), 2 * a.bytes() + extra);
+        assert_eq!(cache.bytes_held(), 2 * plain + extra);
         // Not the cached partition under that key any more: computed, not counted.
         let stray = flat(10);
         cache.quantize_reused(&[(key(1), stray.clone())]);
         assert!(stray.quantized.get().is_some());
-        assert_eq!(cache.bytes_held(), 2 * a.bytes() + extra);
+        assert_eq!(cache.bytes_held(), 2 * plain + extra);
+        // Room for a newcomer and its codes: quantized before admission.
+        let c = flat(1000);
+        cache.quantize_if_room(&[&c]);
+        assert!(c.quantized.get().is_some());
+        // No room (it would evict): left as floats.
+        cache.set_budget(2 * plain + extra + plain);
+        let d = flat(1000);
+        cache.quantize_if_room(&[&d]);
+        assert!(d.quantized.get().is_none());
         // Shrinking the budget below both: the grown entry is evicted with its extra bytes.
-        cache.set_budget(a.bytes() + extra);
+        cache.set_budget(plain + extra);
         cache.quantize_reused(&[(key(1), b.clone())]);
         let held = cache.bytes_held();
-        assert!(held <= a.bytes() + extra, "{held}");
+        assert!(held <= plain + extra, "{held}");
         let mut state = cache.state.lock().unwrap();
         state.make_room(usize::MAX / 2, 0);
         assert_eq!(state.bytes, 0);

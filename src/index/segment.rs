@@ -68,8 +68,22 @@ impl Partition {
         self.addrs.is_empty()
     }
 
+    /// Heap bytes held, quantized rows included.
     pub(crate) fn bytes(&self) -> usize {
-        self.addrs.len() * 8 + self.codes.len() + self.vectors.len() * 4
+        let quantized = self.quantized.get().and_then(Option::as_ref);
+        self.addrs.len() * 8
+            + self.codes.len()
+            + self.vectors.len() * 4
+            + quantized.map_or(0, QuantizedRows::bytes)
+    }
+
+    /// Quantizes the rows once (IVF_FLAT partitions only; see [`QuantizedRows::quantize`]).
+    pub(crate) fn quantize(&self) {
+        if !self.vectors.is_empty() {
+            self.quantized.get_or_init(|| {
+                QuantizedRows::quantize(&self.vectors, self.vectors.len() / self.len().max(1))
+            });
+        }
     }
 }
 
