@@ -7,9 +7,9 @@
 //! * segment partitions as stored, and partitions translated through a ledger state, with
 //!   the quantized rows of IVF_FLAT partitions ([`super::quantized`], a quarter of their
 //!   bytes more, counted against the budget). A partition is quantized when it is admitted,
-//!   or found in the cache again, while the budget has room for it without evicting: a
-//!   budget smaller than the index keeps floats only, and pays nothing for quantizing
-//!   partitions it is about to evict;
+//!   or found in the cache again, while an eighth of the budget stays free: a budget
+//!   smaller than the index keeps floats only, and pays nothing for quantizing partitions
+//!   it is about to evict;
 //! * decoded vector columns of data files (brute force and exact scoring);
 //! * whole decoded fixed-width columns of data files (fetching a KNN answer's rows).
 //!
@@ -272,10 +272,11 @@ impl IndexCache {
     }
 
     /// Quantizes the IVF_FLAT partitions among `hits` (found in the cache, so reused) that
-    /// are not yet, on every core when they are several, and counts their bytes; only when
-    /// the budget has room for them without evicting: a full cache churns, and quantizing
-    /// partitions it is about to evict would cost each query more than it saves (measured:
-    /// 1M × 768 with a 1 GiB budget went from 10.7 to 28.8 ms at nprobes 16).
+    /// are not yet, on every core when they are several, and counts their bytes; only while
+    /// the budget has room ([`Self::has_room`]): a full cache churns, and quantizing
+    /// partitions it is about to evict costs each query more than it saves (measured at 1M
+    /// × 768 with a 1 GiB budget, quantizing every reused partition: nprobes 16 went from
+    /// 10.7 to 28.8 ms).
     fn quantize_reused(&self, hits: &[(Key, Arc<Partition>)]) {
         let todo: Vec<&(Key, Arc<Partition>)> = hits
             .iter()
@@ -302,7 +303,7 @@ impl IndexCache {
     }
 
     /// Quantizes `parts`, about to be admitted, when the budget has room for them and their
-    /// quantized rows without evicting anything.
+    /// quantized rows ([`Self::has_room`]).
     fn quantize_if_room(&self, parts: &[&Partition]) {
         if self.has_room(parts.iter().map(|p| p.bytes() + quantized_bytes(p)).sum()) {
             quantize_all(parts);

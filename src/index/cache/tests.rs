@@ -71,7 +71,7 @@ fn an_entry_used_since_the_last_sweep_outlives_an_unused_newer_one() {
 
 /// Quantized rows added to a reused partition are counted while it is kept and given
 /// back when it goes. Partitions about to be admitted, or reused, are quantized only while
-/// the budget has room for it without evicting.
+/// an eighth of the budget stays free.
 #[test]
 fn quantized_rows_are_counted_while_kept_and_made_only_with_room() {
     let cache = IndexCache::new(1 << 20);
