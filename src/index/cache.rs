@@ -228,13 +228,16 @@ impl CacheState {
         }
     }
 
-    /// Counts `extra` bytes added to the partition cached under `key` (if it is still that
-    /// partition), evicting others, or the partition itself, to stay within the budget.
-    fn grow(&mut self, key: &Key, part: &Arc<Partition>, extra: usize, budget: usize) {
+    /// Counts what the partition cached under `key` holds now (if it is still that
+    /// partition: its quantized rows may have been added since it was admitted), evicting
+    /// others, or the partition itself, to stay within the budget. Counting what it holds,
+    /// not what was added, lets two queries that quantized it at once count it once.
+    fn recount(&mut self, key: &Key, part: &Arc<Partition>, budget: usize) {
         match self.entries.get_mut(key) {
             Some(slot) if matches!(&slot.entry, Entry::Partition(p) if Arc::ptr_eq(p, part)) => {
-                slot.bytes += extra;
-                self.bytes += extra;
+                let now = part.bytes().max(slot.bytes);
+                self.bytes += now - slot.bytes;
+                slot.bytes = now;
             }
             _ => return,
         }
@@ -293,12 +296,7 @@ impl IndexCache {
         let budget = self.budget();
         let mut state = self.state.lock().expect("cache lock");
         for (key, p) in todo {
-            let extra = p
-                .quantized
-                .get()
-                .and_then(Option::as_ref)
-                .map_or(0, |q| q.bytes());
-            state.grow(key, p, extra, budget);
+            state.recount(key, p, budget);
         }
     }
 

@@ -96,6 +96,9 @@ fn quantized_rows_are_counted_while_kept_and_made_only_with_room() {
     // A second call finds it done: nothing counted twice.
     cache.quantize_reused(&[(key(0), a.clone())]);
     assert_eq!(cache.bytes_held(), 2 * plain + extra);
+    // Two queries that quantized it at once both recount it: counted once.
+    cache.state.lock().unwrap().recount(&key(0), &a, 1 << 20);
+    assert_eq!(cache.bytes_held(), 2 * plain + extra);
     // Not the cached partition under that key any more: computed, not counted.
     let stray = flat(10);
     cache.quantize_reused(&[(key(1), stray.clone())]);
