@@ -133,10 +133,6 @@ impl QuantizedRows {
         })
     }
 
-    pub fn rows(&self) -> usize {
-        self.err.len()
-    }
-
     /// Heap bytes held.
     pub fn bytes(&self) -> usize {
         self.codes.len() + (self.lo.len() + self.step.len()) * 4 + self.err.len() * 12
@@ -583,6 +579,6 @@ mod tests {
         let rows = QuantizedRows::quantize(&[0.5; 32], 16).unwrap();
         assert!(rows.prepare(&[f32::INFINITY; 16], Metric::L2).is_none());
         assert!(rows.prepare(&[0.0; 15], Metric::L2).is_none());
-        assert_eq!(rows.rows(), 2);
+        assert_eq!(rows.err.len(), 2);
     }
 }

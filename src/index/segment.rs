@@ -53,9 +53,11 @@ pub struct Partition {
     pub codes: Vec<u8>,
     /// `addrs.len() × dim` floats for IVF_FLAT, or empty for IVF_PQ.
     pub vectors: Vec<f32>,
-    /// The vectors at one byte per value with error bounds, once the cache has seen the
-    /// partition reused ([`crate::index::quantized`]; `Some(None)` when they cannot be
-    /// bounded); a search then skips the rows that cannot enter its top-k. Not in the file.
+    /// The vectors at one byte per value with error bounds, once the cache has quantized
+    /// the partition (on admission or reuse, while its budget has room: see
+    /// [`crate::index::cache`]; `Some(None)` when they cannot be bounded); a search then
+    /// skips the rows that cannot enter its top-k ([`crate::index::quantized`]). Not in the
+    /// file.
     pub quantized: OnceLock<Option<QuantizedRows>>,
 }
 
