@@ -970,24 +970,32 @@ async fn exact_search_reads_flat_segments_and_equals_a_full_sort() {
 /// A 24-dimensional IVF_FLAT index queried twice per vector: the second query finds its
 /// partitions cached and quantized, rules most rows out from their codes (shown by
 /// `EXPLAIN ANALYZE`), and answers exactly what a full sort answers, for every metric, with
-/// deletions and a filter.
+/// deletions and a filter. Twice: with a budget that keeps the floats, and with one that
+/// keeps only sketches (the rows not ruled out are then read from the segment file).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quantized_partitions_skip_rows_and_answer_what_a_full_sort_answers() {
     let (_tmp, s) = scratch_session().await;
     let parts: Vec<String> = (0..24)
         .map(|d| format!("CAST((value * {}) % {} AS FLOAT) / 3", d + 1, 7 + d))
         .collect();
-    for (metric, function) in [
-        ("l2", "l2_distance"),
-        ("cosine", "cosine_distance"),
-        ("dot", "negative_inner_product"),
-    ] {
+    // 20,000 rows: 2.1 MB of floats and addresses, 2.8 MB with quantized rows, 1 MB of
+    // sketches; a 2 MB budget keeps sketches only.
+    for (budget, (metric, function)) in ["1000000000", "2000000"].into_iter().flat_map(|b| {
+        [
+            ("l2", "l2_distance"),
+            ("cosine", "cosine_distance"),
+            ("dot", "negative_inner_product"),
+        ]
+        .map(|m| (b, m))
+    }) {
         s.sql(&format!(
-            "DROP TABLE IF EXISTS t; CREATE TABLE t (id BIGINT, v VECTOR(24)); \
+            "SET fragvec.index_cache_bytes = 1000000000; \
+             DROP TABLE IF EXISTS t; CREATE TABLE t (id BIGINT, v VECTOR(24)); \
              INSERT INTO t SELECT value, [{}] FROM generate_series(0, 19999); \
              CREATE VECTOR INDEX i ON t (v) USING IVF_FLAT \
                  WITH (num_partitions = 10, metric = '{metric}'); \
-             DELETE FROM t WHERE id % 11 = 0; SET fragvec.nprobes = 10",
+             DELETE FROM t WHERE id % 11 = 0; SET fragvec.nprobes = 10; \
+             SET fragvec.index_cache_bytes = {budget}",
             parts.join(", ")
         ))
         .await
@@ -1014,7 +1022,7 @@ async fn quantized_partitions_skip_rows_and_answer_what_a_full_sort_answers() {
                 assert_eq!(
                     distances(scan(&s, &query("")).await),
                     want,
-                    "{metric} {round}"
+                    "{metric} {round} {budget}"
                 );
             }
             let r = s
@@ -1036,7 +1044,49 @@ async fn quantized_partitions_skip_rows_and_answer_what_a_full_sort_answers() {
                     }
                 })
                 .unwrap_or_else(|| panic!("no rows_skipped_by_bound in {plan}"));
-            assert!(skipped > 1000.0, "{metric}: {plan}");
+            assert!(skipped > 1000.0, "{metric} {budget}: {plan}");
         }
     }
+}
+
+/// A segment file damaged after the cache kept its partitions' sketches: the rows a query
+/// then reads alone fail their own checksums, and the query is an error naming the file
+/// and the row, never an answer from the damaged floats.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_read_by_range_from_a_damaged_segment_are_refused() {
+    let (tmp, s) = scratch_session().await;
+    let parts: Vec<String> = (0..24)
+        .map(|d| format!("CAST((value * {}) % {} AS FLOAT) / 3", d + 1, 7 + d))
+        .collect();
+    s.sql(&format!(
+        "CREATE TABLE t (id BIGINT, v VECTOR(24)); \
+         INSERT INTO t SELECT value, [{}] FROM generate_series(0, 19999); \
+         CREATE VECTOR INDEX i ON t (v) USING IVF_FLAT WITH (num_partitions = 10); \
+         SET fragvec.nprobes = 10; SET fragvec.index_cache_bytes = 2000000",
+        parts.join(", ")
+    ))
+    .await
+    .unwrap();
+    let v = format!("[{}]", vec!["1.0"; 24].join(", "));
+    let query = format!("SELECT id, id AS same FROM t ORDER BY l2_distance(v, {v}) LIMIT 5");
+    let want = scan(&s, &query).await;
+    assert_eq!(want.len(), 5);
+    // Every float of the segment changed, its footer (and so its partitions' places) kept.
+    let segments: Vec<_> = std::fs::read_dir(tmp.path().join("t/_indexes/i"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    assert_eq!(segments.len(), 1, "{segments:?}");
+    let mut bytes = std::fs::read(&segments[0]).unwrap();
+    let data = bytes.len() - 16 - 10 * 24 - 20;
+    for b in &mut bytes[..data] {
+        *b ^= 0x5a;
+    }
+    std::fs::write(&segments[0], &bytes).unwrap();
+    let e = s.sql_one(&query).await.unwrap_err().to_string();
+    assert!(
+        e.contains(".seg") && e.contains("row") && e.contains("CRC32C"),
+        "{e}"
+    );
 }

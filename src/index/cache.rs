@@ -7,9 +7,10 @@
 //! * segment partitions as stored, and partitions translated through a ledger state, with
 //!   the quantized rows of IVF_FLAT partitions ([`super::quantized`], a quarter of their
 //!   bytes more, counted against the budget). A partition is quantized when it is admitted,
-//!   or found in the cache again, while an eighth of the budget stays free: a budget
-//!   smaller than the index keeps floats only, and pays nothing for quantizing partitions
-//!   it is about to evict;
+//!   or found in the cache again, while an eighth of the budget stays free;
+//! * or, for an IVF_FLAT segment whose floats do not fit the budget but whose sketches do,
+//!   the sketches of its partitions as stored ([`sketches`]): a query then reads from the
+//!   file only the rows their codes cannot rule out;
 //! * decoded vector columns of data files (brute force and exact scoring);
 //! * whole decoded fixed-width columns of data files (fetching a KNN answer's rows).
 //!
@@ -31,6 +32,7 @@ use super::ivf::IvfModel;
 use super::ownership::segment_ownerships;
 use super::parallel;
 use super::segment::{self, Footer, Partition};
+use super::sketch::Sketch;
 use crate::format::index_meta::{IndexDef, IndexSegment};
 use crate::format::ledger_io::{ledger_key, load_ledger};
 use crate::format::{FormatError, Manifest, TableDir};
@@ -128,6 +130,8 @@ enum Key {
         invalidated: Vec<u64>,
         partition: usize,
     },
+    /// Partition `partition` of a segment file, kept by its sketch ([`sketches`]).
+    Sketch { file: String, partition: usize },
     /// The decoded vector column of a data file.
     Vectors { file: String, column: String },
     /// A whole decoded column of a data file.
@@ -137,6 +141,7 @@ enum Key {
 #[derive(Debug, Clone)]
 enum Entry {
     Partition(Arc<Partition>),
+    Sketch(Arc<Sketch>),
     Vectors(Arc<ColumnVectors>),
     Column(ArrayRef),
 }
@@ -145,6 +150,7 @@ impl Entry {
     fn bytes(&self) -> usize {
         match self {
             Entry::Partition(p) => p.bytes(),
+            Entry::Sketch(s) => s.bytes(),
             Entry::Vectors(v) => v.bytes(),
             Entry::Column(a) => a.get_array_memory_size(),
         }
@@ -694,5 +700,8 @@ fn check_footer(
     Ok(())
 }
 
+mod sketches;
 #[cfg(test)]
 mod tests;
+
+pub use sketches::Probed;

@@ -37,5 +37,6 @@ pub mod quantized;
 pub mod sample;
 pub mod search;
 pub mod segment;
+pub mod sketch;
 
 pub use error::{IndexError, Result};

@@ -230,6 +230,24 @@ impl RowBounds<'_> {
         }
     }
 
+    /// Row `i`'s key as its codes estimate it (not a bound): which rows to read first
+    /// when only the codes are at hand ([`crate::index::sketch`]).
+    #[inline]
+    pub fn estimate(&self, i: usize, code_sum: f32) -> f32 {
+        match self.metric {
+            Metric::L2 => code_sum,
+            Metric::Dot => -(self.base + code_sum),
+            Metric::Cosine => {
+                let denominator = self.q_norm_cosine * self.rows.norm[i];
+                if denominator > 0.0 {
+                    1.0 - (self.base + code_sum) / denominator
+                } else {
+                    f32::INFINITY
+                }
+            }
+        }
+    }
+
     /// The code sums of rows `ids` into `out` (one slot per id): for L2 `Σ (step × c −
     /// (q − lo))²`, else `Σ q × step × c`.
     pub fn code_sums(&self, ids: &[u32], out: &mut [f32]) {
@@ -359,7 +377,7 @@ mod avx2 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn reference(rows: &QuantizedRows, i: usize, q: &[f32], metric: Metric) -> f64 {
@@ -464,7 +482,7 @@ mod tests {
 
     /// Rows of a few shapes: spread values at several scales, a few distinct values (many
     /// equal keys), duplicated rows and zero rows (undefined cosine).
-    fn rows_strategy() -> impl Strategy<Value = (usize, Vec<f32>)> {
+    pub(crate) fn rows_strategy() -> impl Strategy<Value = (usize, Vec<f32>)> {
         (16usize..40, 1usize..200, 0u8..4, -3i32..4, any::<u64>()).prop_map(
             |(dim, rows, shape, scale, seed)| {
                 use rand::{Rng, SeedableRng};

@@ -148,7 +148,7 @@ pub struct SearchStats {
 }
 
 impl SearchStats {
-    fn count(&mut self, v: Verdict) -> bool {
+    pub(crate) fn count(&mut self, v: Verdict) -> bool {
         match v {
             Verdict::Keep => {
                 self.rows_scored += 1;

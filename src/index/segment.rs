@@ -25,6 +25,7 @@ mod encoder;
 pub mod groups;
 #[cfg(unix)]
 mod local;
+mod rows;
 
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -37,6 +38,7 @@ use crate::format::{FormatError, Result, TableDir};
 use crate::index::quantized::QuantizedRows;
 
 pub use encoder::SegmentEncoder;
+pub use rows::{RowAt, read_rows};
 
 const MAGIC: &[u8; 8] = b"FVSEG002";
 /// Format 1, written before checksums: read unverified.

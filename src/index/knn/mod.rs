@@ -38,6 +38,7 @@ pub mod rows;
 mod scan;
 mod segments;
 pub mod share;
+mod sketched;
 mod undefined;
 
 use std::collections::{BTreeSet, HashMap};

@@ -10,7 +10,7 @@ use super::{Counters, Searcher};
 use crate::format::Fragment;
 use crate::format::index_meta::IndexDef;
 use crate::format::index_meta::IndexSegment;
-use crate::index::cache::Translation;
+use crate::index::cache::{Probed, Translation};
 use crate::index::error::{IndexError, Result};
 use crate::index::search::{
     Candidate, RowMask, SearchStats, TopK, score_flat, score_partitions, score_pq,
@@ -146,7 +146,7 @@ impl Searcher<'_> {
                 (segment.id, plan)
             })
             .collect();
-        let mut prefetched: HashMap<u64, Vec<Arc<Partition>>> =
+        let mut prefetched: HashMap<u64, Vec<Probed>> =
             futures::future::try_join_all(reading.iter().zip(&footers).map(|(segment, footer)| {
                 let plan = &plans[&segment.id];
                 let ps = plan.groups.first().map_or(&[][..], |g| &first[g.clone()]);
@@ -215,13 +215,14 @@ impl Searcher<'_> {
             let mut stats = SearchStats::default();
             let mut best_vectors: HashMap<u64, Vec<f32>> = HashMap::new();
             for (g, group) in plan.groups.iter().enumerate() {
-                let parts = match prefetched.remove(&segment.id).filter(|_| g == 0) {
-                    Some(parts) => parts,
+                let ps = &first[group.clone()];
+                let probed = match prefetched.remove(&segment.id).filter(|_| g == 0) {
+                    Some(probed) => probed,
                     None => {
                         self.read_probed(
                             segment,
                             &footer,
-                            &first[group.clone()],
+                            ps,
                             pq_width.is_some(),
                             plan,
                             &view,
@@ -230,6 +231,19 @@ impl Searcher<'_> {
                         .await?
                     }
                 };
+                let parts = self
+                    .resolve(
+                        segment,
+                        &footer,
+                        ps,
+                        probed,
+                        mask.as_ref(),
+                        keep,
+                        top.bound(),
+                        &score,
+                        &mut stats,
+                    )
+                    .await?;
                 let (group_top, group_stats) =
                     score_partitions(&parts, keep, pq_width.unwrap_or(model.dim), score);
                 stats.add(&group_stats);
@@ -248,7 +262,7 @@ impl Searcher<'_> {
                 if top.is_full() {
                     break;
                 }
-                let part = self
+                let probed = self
                     .read_probed(
                         segment,
                         &footer,
@@ -257,6 +271,19 @@ impl Searcher<'_> {
                         plan,
                         &view,
                         ownership,
+                    )
+                    .await?;
+                let part = self
+                    .resolve(
+                        segment,
+                        &footer,
+                        &[p],
+                        probed,
+                        mask.as_ref(),
+                        keep,
+                        top.bound(),
+                        &score,
+                        &mut stats,
                     )
                     .await?
                     .pop()
@@ -388,7 +415,8 @@ fn keep_vectors(
 
 impl Searcher<'_> {
     /// Partitions `ps` of `segment` as a search scores them: translated through the ledger
-    /// when rewrites moved the segment's rows, else as stored (kept in the cache per `plan`).
+    /// when rewrites moved the segment's rows, else as stored: floats or sketches, as the
+    /// cache keeps them ([`crate::index::cache::IndexCache::probe`]; floats kept per `plan`).
     #[allow(clippy::too_many_arguments)]
     async fn read_probed(
         &self,
@@ -399,10 +427,11 @@ impl Searcher<'_> {
         plan: &ProbePlan,
         view: &LedgerView,
         ownership: &SegmentOwnership,
-    ) -> Result<Vec<Arc<Partition>>> {
+    ) -> Result<Vec<Probed>> {
         let dir = &self.req.snapshot.dir;
         if plan.translated {
-            self.cache
+            let parts = self
+                .cache
                 .translated_partitions(
                     dir,
                     segment,
@@ -411,10 +440,11 @@ impl Searcher<'_> {
                     pq,
                     Translation { view, ownership },
                 )
-                .await
+                .await?;
+            Ok(parts.into_iter().map(Probed::Floats).collect())
         } else {
             self.cache
-                .partitions(dir, &segment.file, footer, ps, pq, plan.admit)
+                .probe(dir, &segment.file, footer, ps, pq, plan.admit)
                 .await
         }
     }

@@ -93,7 +93,7 @@ pub(super) async fn read_partitions(
 }
 
 /// A local read failure as the store would report it (a missing file is `NotFound`).
-fn io_error(path: &Path, e: std::io::Error) -> FormatError {
+pub(super) fn io_error(path: &Path, e: std::io::Error) -> FormatError {
     let error = if e.kind() == std::io::ErrorKind::NotFound {
         object_store::Error::NotFound {
             path: path.to_string(),
