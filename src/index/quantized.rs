@@ -48,6 +48,11 @@ pub struct QuantizedRows {
     /// `≥ ‖lo‖ + 255 × ‖step‖`: bounds `‖x̂‖` and the magnitudes of the code sums.
     span: f32,
     gamma: f32,
+    /// The middle of the codes' range, and `radius ≥ ‖x − centre‖` for every row: a ball
+    /// holding the whole partition, which bounds all its keys at once
+    /// ([`Self::none_can_enter`]).
+    centre: Vec<f32>,
+    radius: f32,
 }
 
 /// `x` rounded up to an `f32`.
@@ -84,6 +89,8 @@ impl QuantizedRows {
         let norm2 = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
         let span = norm2(&mut lo.iter().map(|l| *l as f64))
             + 255.0 * norm2(&mut step.iter().map(|s| *s as f64));
+        let centre: Vec<f32> = lo.iter().zip(&step).map(|(l, s)| l + 127.5 * s).collect();
+        let mut farthest2 = 0f64;
         let mut codes = Vec::with_capacity(vectors.len());
         let (mut err, mut reach, mut norm) = (
             Vec::with_capacity(rows),
@@ -105,15 +112,22 @@ impl QuantizedRows {
                     .zip(&inverse)
                     .map(|((x, l), i)| (((x - l) * i + 0.5) as i32).clamp(0, 255) as u8),
             );
-            let (mut e2, mut x2) = ([0f64; 4], [0f64; 4]);
-            let terms = row.iter().zip(&lo).zip(&step).zip(&codes[at..]);
-            for (d, (((x, l), s), c)) in terms.enumerate() {
+            let (mut e2, mut x2, mut far2) = ([0f64; 4], [0f64; 4], [0f64; 4]);
+            let terms = row
+                .iter()
+                .zip(&lo)
+                .zip(&step)
+                .zip(&codes[at..])
+                .zip(&centre);
+            for (d, ((((x, l), s), c), m)) in terms.enumerate() {
                 let x = *x as f64;
                 let miss = x - (*l as f64 + *s as f64 * *c as f64);
                 e2[d % 4] += miss * miss;
                 x2[d % 4] += x * x;
+                far2[d % 4] += (x - *m as f64) * (x - *m as f64);
             }
             let (e2, x2): (f64, f64) = (e2.iter().sum(), x2.iter().sum());
+            farthest2 = farthest2.max(far2.iter().sum());
             // The f64 sums' own rounding is ~1e-16 relative: a millionth covers it.
             let e = e2.sqrt() * (1.0 + 1e-6);
             err.push(up(e));
@@ -130,12 +144,55 @@ impl QuantizedRows {
             norm,
             span: up(span * (1.0 + 1e-6)),
             gamma: up(gamma),
+            radius: up(farthest2.sqrt() * (1.0 + 1e-6)),
+            centre,
         })
     }
 
     /// Heap bytes held.
     pub fn bytes(&self) -> usize {
-        self.codes.len() + (self.lo.len() + self.step.len()) * 4 + self.err.len() * 12
+        self.codes.len()
+            + (self.lo.len() + self.step.len() + self.centre.len()) * 4
+            + self.err.len() * 12
+    }
+
+    /// Whether every row's key, as any kernel computes it in `f32`, is certainly above
+    /// `bound` (the k-th best key of a full top-k), so the partition can be skipped whole.
+    /// Every row lies in the ball of `radius` around the centre `m`, so:
+    /// - L2: `‖x − q‖ ≥ ‖q − m‖ − radius`;
+    /// - dot: `q·x ≤ q·m + ‖q‖ × radius`.
+    ///
+    /// Widened for rounding by `gamma` against the largest magnitudes (`‖x‖ ≤ ‖m‖ +
+    /// radius`), as the row bounds are. Cosine: never (a row's norm may be near zero).
+    pub fn none_can_enter(&self, q: &[f32], metric: Metric, bound: f32) -> bool {
+        if !bound.is_finite() || q.len() != self.dim || !q.iter().all(|v| v.abs() <= LIMIT) {
+            return false;
+        }
+        let (mut far2, mut qm, mut q2, mut m2) = (0f64, 0f64, 0f64, 0f64);
+        for (q, m) in q.iter().zip(&self.centre) {
+            let (q, m) = (*q as f64, *m as f64);
+            far2 += (q - m) * (q - m);
+            qm += q * m;
+            q2 += q * q;
+            m2 += m * m;
+        }
+        // The f64 sums round by ~1e-16 relative: a millionth covers them.
+        let (q_norm, x_max) = (q2.sqrt() * (1.0 + 1e-6), m2.sqrt() * (1.0 + 1e-6));
+        let r = self.radius as f64;
+        let x_max = x_max + r;
+        let gamma = self.gamma as f64;
+        let lowest = match metric {
+            Metric::L2 => {
+                let near = (far2.sqrt() * (1.0 - 1e-6) - r).max(0.0);
+                near * near * (1.0 - gamma) - gamma * (q_norm + x_max).powi(2)
+            }
+            Metric::Dot => {
+                let slack = 1e-6 * (qm.abs() + q_norm * r);
+                -(qm + q_norm * r) - gamma * q_norm * x_max - slack
+            }
+            Metric::Cosine => return false,
+        };
+        lowest > bound as f64
     }
 
     /// What one query needs to bound this partition's rows, or `None` when the query cannot
@@ -444,6 +501,7 @@ pub(crate) mod tests {
         }
     }
 
+    use crate::index::distance::metric_key;
     use crate::index::search::{RowMask, SearchStats, TopK, score_flat};
     use crate::index::segment::Partition;
     use crate::ledger::ids::row_address;
@@ -510,6 +568,41 @@ pub(crate) mod tests {
         )
     }
 
+    /// A query of kind `kind` for rows `vectors`: row `at`, row `at` moved a little, zero,
+    /// or unrelated (from `noise`, at least `dim` values in −1..1).
+    pub(crate) fn query_of(
+        vectors: &[f32],
+        dim: usize,
+        kind: u8,
+        at: usize,
+        noise: &[f32],
+    ) -> Vec<f32> {
+        let row = &vectors[at * dim..(at + 1) * dim];
+        match kind {
+            0 => row.to_vec(),
+            1 => row.iter().zip(noise).map(|(x, n)| x + n * 0.01).collect(),
+            2 => vec![0.0; dim],
+            _ => noise[..dim].iter().map(|n| n * 3.0).collect(),
+        }
+    }
+
+    /// Deletions in fragment 1 and a filter over `addrs`, picked by `seed` (`rows` rows).
+    pub(crate) fn masks(
+        addrs: &[u64],
+        rows: usize,
+        seed: u64,
+    ) -> (HashMap<u64, RoaringBitmap>, RoaringTreemap) {
+        let deleted = (0..rows as u32)
+            .filter(|r| (*r as u64 ^ seed).is_multiple_of(5))
+            .collect();
+        let allowed = addrs
+            .iter()
+            .copied()
+            .filter(|a| (a ^ seed) % 3 != 0)
+            .collect();
+        (HashMap::from([(1, deleted)]), allowed)
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(300))]
 
@@ -535,18 +628,8 @@ pub(crate) mod tests {
                 return Ok(());
             };
             part.quantized.set(Some(quantized)).unwrap();
-            let at = query_row.index(rows);
-            let row = &vectors[at * dim..(at + 1) * dim];
-            let q: Vec<f32> = match query_kind {
-                0 => row.to_vec(),
-                1 => row.iter().zip(&noise).map(|(x, n)| x + n * 0.01).collect(),
-                2 => vec![0.0; dim],
-                _ => noise[..dim].iter().map(|n| n * 3.0).collect(),
-            };
-            let deletions: HashMap<u64, RoaringBitmap> =
-                HashMap::from([(1, (0..rows as u32).filter(|r| (*r as u64 ^ mask_seed).is_multiple_of(5)).collect())]);
-            let allowed: RoaringTreemap =
-                part.addrs.iter().copied().filter(|a| (a ^ mask_seed) % 3 != 0).collect();
+            let q = query_of(&vectors, dim, query_kind, query_row.index(rows), &noise);
+            let (deletions, allowed) = masks(&part.addrs, rows, mask_seed);
             let mask = RowMask { owned: vec![0, 1], deletions: Some(&deletions), allowed: Some(&allowed) };
             let mask = masked.then_some(&mask);
             for metric in [Metric::L2, Metric::Dot, Metric::Cosine] {
@@ -556,6 +639,82 @@ pub(crate) mod tests {
                 stats.skipped_by_bound = 0;
                 prop_assert_eq!(stats, want_stats);
             }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// If this fails, a partition ruled out whole held a row that could enter.
+        #[test]
+        fn prop_a_partition_ruled_out_whole_has_no_row_at_or_below_the_bound(
+            (dim, vectors) in rows_strategy(),
+            query_kind in 0u8..4,
+            query_row in any::<prop::sample::Index>(),
+            noise in prop::collection::vec(-1f32..1.0, 40),
+            shift in prop_oneof![Just(0f32), -50f32..50.0],
+            fraction in 0f32..1.0,
+        ) {
+            let Some(rows) = QuantizedRows::quantize(&vectors, dim) else {
+                return Ok(());
+            };
+            let at = query_row.index(vectors.len() / dim);
+            let mut q = query_of(&vectors, dim, query_kind, at, &noise);
+            q[0] += shift;
+            for metric in [Metric::L2, Metric::Dot, Metric::Cosine] {
+                let keys: Vec<f32> = vectors
+                    .chunks_exact(dim)
+                    .map(|v| metric_key(metric, &q, v).unwrap_or(f32::INFINITY))
+                    .collect();
+                let nearest = keys.iter().copied().fold(f32::INFINITY, f32::min);
+                // Below, at and above the nearest key.
+                for bound in [nearest - fraction * nearest.abs(), nearest, nearest.next_up()] {
+                    if rows.none_can_enter(&q, metric, bound) {
+                        prop_assert!(keys.iter().all(|k| *k > bound), "{:?} {} {:?}", metric, bound, keys);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Two clusters far apart, the query in the first: scoring the second after the first
+    /// rules it out whole, and the answer is the one scoring every row gives.
+    #[test]
+    fn a_partition_far_from_the_query_is_ruled_out_whole() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(8);
+        let dim = 32;
+        let cluster = |rng: &mut rand::rngs::StdRng, at: f32, base: u64| {
+            let vectors: Vec<f32> = (0..500 * dim)
+                .map(|_| at + rng.random_range(-1.0..1.0))
+                .collect();
+            let part = Partition {
+                addrs: (base..base + 500).collect(),
+                vectors: vectors.clone(),
+                ..Default::default()
+            };
+            part.quantized
+                .set(QuantizedRows::quantize(&vectors, dim))
+                .unwrap();
+            part
+        };
+        let (near, far) = (cluster(&mut rng, 1.0, 0), cluster(&mut rng, -40.0, 1000));
+        let q = vec![1.0f32; dim];
+        for metric in [Metric::L2, Metric::Dot] {
+            let mut got = (TopK::new(10), SearchStats::default());
+            let mut want = (TopK::new(10), SearchStats::default());
+            for part in [&near, &far] {
+                score_flat(part, dim, &q, metric, None, &mut got.0, &mut got.1);
+                let plain = Partition {
+                    addrs: part.addrs.clone(),
+                    vectors: part.vectors.clone(),
+                    ..Default::default()
+                };
+                score_flat(&plain, dim, &q, metric, None, &mut want.0, &mut want.1);
+            }
+            assert_eq!(got.0.into_sorted(), want.0.into_sorted(), "{metric:?}");
+            assert!(got.1.skipped_by_bound >= 500, "{metric:?}: {:?}", got.1);
+            assert!(got.1.rows_scored <= 500, "{metric:?}: {:?}", got.1);
         }
     }
 

@@ -143,7 +143,8 @@ pub struct SearchStats {
     pub dropped_ownership: usize,
     pub dropped_deleted: usize,
     pub dropped_filter: usize,
-    /// Rows scored from their codes alone: their bound ruled them out.
+    /// Rows a bound ruled out: their codes', or their whole partition's (then unseen by
+    /// the mask).
     pub skipped_by_bound: usize,
 }
 
@@ -240,6 +241,15 @@ fn score_bounded(
     top: &mut TopK,
     stats: &mut SearchStats,
 ) {
+    // A partition far from the query is ruled out whole, its rows unseen (they count as
+    // skipped by the bound, whatever the mask would have said of them).
+    if let Some(rows) = part.quantized.get().and_then(Option::as_ref)
+        && top.is_full()
+        && rows.none_can_enter(q, metric, top.bound())
+    {
+        stats.skipped_by_bound += part.len();
+        return;
+    }
     let mut ids = [0u32; BATCH_ROWS];
     let mut sums = [0f32; BATCH_ROWS];
     for start in (0..part.len()).step_by(BATCH_ROWS) {

@@ -297,6 +297,12 @@ fn shortlist(
     list: &mut Vec<Shortlisted>,
     stats: &mut SearchStats,
 ) {
+    // A partition far from the query is ruled out whole, its rows unseen (they count as
+    // skipped by the bound, whatever the mask would have said of them).
+    if sketch.rows.none_can_enter(q, metric, bound) {
+        stats.skipped_by_bound += sketch.len();
+        return;
+    }
     let mut bounds = sketch.rows.prepare(q, metric);
     let mut ids = [0u32; BATCH_ROWS];
     let mut sums = [0f32; BATCH_ROWS];

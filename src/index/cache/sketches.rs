@@ -39,7 +39,7 @@ impl IndexCache {
         let room = budget - budget / 8;
         let dim = footer.row_width / 4;
         let rows = footer.rows();
-        !pq && footer.row_width % 4 == 0
+        !pq && footer.row_width.is_multiple_of(4)
             && dim >= MIN_DIM
             && footer
                 .data_bytes()

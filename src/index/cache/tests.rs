@@ -90,7 +90,7 @@ fn quantized_rows_are_counted_while_kept_and_made_only_with_room() {
     cache.admit(key(1), Entry::Partition(b.clone()));
     assert_eq!(cache.bytes_held(), 2 * plain);
     cache.quantize_reused(&[(key(0), a.clone())]);
-    let extra = 1000 * dim + 2 * dim * 4 + 1000 * 12;
+    let extra = 1000 * dim + 3 * dim * 4 + 1000 * 12; // codes, lo, step, centre, bounds
     assert_eq!(a.bytes(), plain + extra);
     assert_eq!(cache.bytes_held(), 2 * plain + extra);
     // A second call finds it done: nothing counted twice.
