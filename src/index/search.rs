@@ -47,6 +47,8 @@ impl PartialOrd for Candidate {
 pub struct TopK {
     k: usize,
     heap: BinaryHeap<Candidate>,
+    /// Candidates above this are refused even while fewer than `k` are held.
+    ceiling: Option<Candidate>,
 }
 
 impl TopK {
@@ -55,11 +57,31 @@ impl TopK {
             k,
             // Sized by what is cheap, not by k: k comes from a query's LIMIT.
             heap: BinaryHeap::with_capacity(k.min(1024) + 1),
+            ceiling: None,
         }
+    }
+
+    /// A top-k that takes only candidates at or below `ceiling`: the k-th best of a full
+    /// top-k these candidates will be merged into, which would refuse the others anyway.
+    /// Its [`bound`](Self::bound) is then the ceiling's key until it is full, so scoring
+    /// into it rules rows out from the start.
+    pub fn below(k: usize, ceiling: Option<Candidate>) -> Self {
+        Self {
+            ceiling,
+            ..Self::new(k)
+        }
+    }
+
+    /// The k-th best candidate once full (the one a better candidate replaces).
+    pub fn worst(&self) -> Option<Candidate> {
+        self.heap.peek().copied().filter(|_| self.is_full())
     }
 
     #[inline]
     pub fn push(&mut self, c: Candidate) {
+        if self.ceiling.is_some_and(|ceiling| c > ceiling) {
+            return;
+        }
         if self.heap.len() < self.k {
             self.heap.push(c);
         } else if let Some(top) = self.heap.peek()
@@ -71,14 +93,21 @@ impl TopK {
     }
 
     /// The largest key a candidate may have and still enter (ties are then decided by
-    /// address): the k-th smallest key once full, else the largest `f32` in
-    /// [`f32::total_cmp`] order (a positive NaN), so every candidate enters.
+    /// address): the k-th smallest key once full, else the ceiling's key, else the largest
+    /// `f32` in [`f32::total_cmp`] order (a positive NaN), so every candidate enters.
     #[inline]
     pub fn bound(&self) -> f32 {
-        match self.heap.peek() {
-            Some(top) if self.is_full() => top.key,
+        match (self.heap.peek(), self.ceiling) {
+            (Some(top), _) if self.is_full() => top.key,
+            (_, Some(ceiling)) => ceiling.key,
             _ => f32::from_bits(u32::MAX >> 1),
         }
+    }
+
+    /// Whether [`bound`](Self::bound) rules anything out (full, or under a ceiling).
+    #[inline]
+    pub fn is_bounded(&self) -> bool {
+        self.is_full() || self.ceiling.is_some()
     }
 
     pub fn k(&self) -> usize {
@@ -244,7 +273,7 @@ fn score_bounded(
     // A partition far from the query is ruled out whole, its rows unseen (they count as
     // skipped by the bound, whatever the mask would have said of them).
     if let Some(rows) = part.quantized.get().and_then(Option::as_ref)
-        && top.is_full()
+        && top.is_bounded()
         && rows.none_can_enter(q, metric, top.bound())
     {
         stats.skipped_by_bound += part.len();
@@ -267,9 +296,9 @@ fn score_bounded(
             kept += 1;
         }
         let (ids, sums) = (&ids[..kept], &mut sums[..kept]);
-        // Until the top-k is full every row enters, so a batch that starts before it is
-        // full is scored from its floats alone.
-        let bounded = top.is_full();
+        // Until the top-k is full (or under a ceiling) every row enters, so a batch that
+        // starts before then is scored from its floats alone.
+        let bounded = top.is_bounded();
         if bounded {
             bounds.code_sums(ids, sums);
         }
@@ -293,13 +322,15 @@ fn score_bounded(
 /// calling thread alone: starting a thread costs about as much as scoring this many.
 pub const PARALLEL_MIN_VALUES: usize = 1 << 18;
 
-/// Scores `parts` with `score` into one top-`keep`: on every core (each worker claiming the
-/// next partition into its own top-k, merged at the end) when they hold at least
-/// [`PARALLEL_MIN_VALUES`] payload values of `row_width`, else on the calling thread. The
-/// answer is the same either way: candidates are totally ordered by key, then address.
+/// Scores `parts` with `score` into one top-`keep` under `ceiling` ([`TopK::below`]): on
+/// every core (each worker claiming the next partition into its own top-k, merged at the
+/// end) when they hold at least [`PARALLEL_MIN_VALUES`] payload values of `row_width`, else
+/// on the calling thread. The answer is the same either way: candidates are totally
+/// ordered by key, then address.
 pub fn score_partitions<F>(
     parts: &[Arc<Partition>],
     keep: usize,
+    ceiling: Option<Candidate>,
     row_width: usize,
     score: F,
 ) -> (TopK, SearchStats)
@@ -315,13 +346,13 @@ where
     let mut found = parallel::claim_each(
         parts,
         threads,
-        || (TopK::new(keep), SearchStats::default()),
+        || (TopK::below(keep, ceiling), SearchStats::default()),
         |(top, stats), part| score(part, top, stats),
     )
     .into_iter();
     let (mut top, mut stats) = found
         .next()
-        .unwrap_or_else(|| (TopK::new(keep), SearchStats::default()));
+        .unwrap_or_else(|| (TopK::below(keep, ceiling), SearchStats::default()));
     for (other, s) in found {
         stats.add(&s);
         for c in other.into_sorted() {
@@ -403,7 +434,7 @@ mod tests {
         let score = |part: &Partition, top: &mut TopK, stats: &mut SearchStats| {
             score_flat(part, dim, &q, Metric::L2, None, top, stats)
         };
-        let (top, stats) = score_partitions(&parts, 25, dim, score);
+        let (top, stats) = score_partitions(&parts, 25, None, dim, score);
         let mut one = TopK::new(25);
         let mut one_stats = SearchStats::default();
         for part in &parts {
@@ -411,6 +442,57 @@ mod tests {
         }
         assert_eq!(top.into_sorted(), one.into_sorted());
         assert_eq!(stats, one_stats);
+    }
+
+    /// Groups scored one after another, each under the ceiling of what came before (some
+    /// partitions quantized, so rows and whole partitions are ruled out against it), merge
+    /// into the answer of scoring every partition into one top-k.
+    #[test]
+    fn groups_scored_under_a_ceiling_merge_into_the_whole_answer() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(6);
+        let dim = 16;
+        let parts: Vec<Arc<Partition>> = (0..12)
+            .map(|p| {
+                let rows = rng.random_range(0..300);
+                let centre = rng.random_range(-20.0..20.0);
+                let vectors: Vec<f32> = (0..rows * dim)
+                    .map(|_| centre + rng.random_range(0..8) as f32 / 4.0)
+                    .collect();
+                let part = Partition {
+                    addrs: (0..rows).map(|r| row_address(p, r as u64)).collect(),
+                    vectors,
+                    ..Default::default()
+                };
+                if p % 3 != 0 {
+                    part.quantize();
+                }
+                Arc::new(part)
+            })
+            .collect();
+        let q = vec![0.5f32; dim];
+        for metric in [Metric::L2, Metric::Dot, Metric::Cosine] {
+            let score = |part: &Partition, top: &mut TopK, stats: &mut SearchStats| {
+                score_flat(part, dim, &q, metric, None, top, stats)
+            };
+            let mut whole = TopK::new(7);
+            for part in &parts {
+                score(part, &mut whole, &mut SearchStats::default());
+            }
+            let mut top = TopK::new(7);
+            let mut skipped = 0;
+            for group in parts.chunks(3) {
+                let (found, stats) = score_partitions(group, 7, top.worst(), dim, score);
+                skipped += stats.skipped_by_bound;
+                for c in found.into_sorted() {
+                    top.push(c);
+                }
+            }
+            assert_eq!(top.into_sorted(), whole.into_sorted(), "{metric:?}");
+            if metric != Metric::Cosine {
+                assert!(skipped > 0, "{metric:?}");
+            }
+        }
     }
 
     /// Seed 002's failure: a stale row nearer than every owned row must not take a slot.

@@ -244,8 +244,13 @@ impl Searcher<'_> {
                         &mut stats,
                     )
                     .await?;
-                let (group_top, group_stats) =
-                    score_partitions(&parts, keep, pq_width.unwrap_or(model.dim), score);
+                let (group_top, group_stats) = score_partitions(
+                    &parts,
+                    keep,
+                    top.worst(),
+                    pq_width.unwrap_or(model.dim),
+                    score,
+                );
                 stats.add(&group_stats);
                 let group_best = group_top.into_sorted();
                 if pq_width.is_none() {
