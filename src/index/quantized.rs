@@ -598,7 +598,7 @@ pub(crate) mod tests {
         let allowed = addrs
             .iter()
             .copied()
-            .filter(|a| (a ^ seed) % 3 != 0)
+            .filter(|a| !(a ^ seed).is_multiple_of(3))
             .collect();
         (HashMap::from([(1, deleted)]), allowed)
     }
