@@ -31,6 +31,7 @@ use super::error::{IndexError, Result};
 use super::ivf::IvfModel;
 use super::ownership::segment_ownerships;
 use super::parallel;
+use super::quantized::QuantizedRows;
 use super::segment::{self, Footer, Partition};
 use super::sketch::Sketch;
 use crate::format::index_meta::{IndexDef, IndexSegment};
@@ -646,9 +647,10 @@ impl IndexCache {
     }
 }
 
-/// About what quantizing `part` adds (one byte per value and 12 per row).
+/// About what quantizing `part` adds ([`QuantizedRows::estimated_bytes`]).
 fn quantized_bytes(part: &Partition) -> usize {
-    part.vectors.len() + 12 * part.len()
+    let dim = part.vectors.len() / part.len().max(1);
+    QuantizedRows::estimated_bytes(part.len() as u64, dim) as usize
 }
 
 /// Quantizes the rows of `parts`, on every core when they are several.

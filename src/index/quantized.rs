@@ -149,6 +149,13 @@ impl QuantizedRows {
         })
     }
 
+    /// About what quantizing `rows` rows of `dim` values holds (one byte per value and
+    /// three bound terms per row; the per-dimension ranges and centre are left out), for
+    /// deciding before the rows exist.
+    pub fn estimated_bytes(rows: u64, dim: usize) -> u64 {
+        rows.saturating_mul(dim as u64 + 12)
+    }
+
     /// Heap bytes held.
     pub fn bytes(&self) -> usize {
         self.codes.len()
@@ -165,7 +172,11 @@ impl QuantizedRows {
     /// Widened for rounding by `gamma` against the largest magnitudes (`‖x‖ ≤ ‖m‖ +
     /// radius`), as the row bounds are. Cosine: never (a row's norm may be near zero).
     pub fn none_can_enter(&self, q: &[f32], metric: Metric, bound: f32) -> bool {
-        if !bound.is_finite() || q.len() != self.dim || !q.iter().all(|v| v.abs() <= LIMIT) {
+        if metric == Metric::Cosine
+            || !bound.is_finite()
+            || q.len() != self.dim
+            || !q.iter().all(|v| v.abs() <= LIMIT)
+        {
             return false;
         }
         let (mut far2, mut qm, mut q2, mut m2) = (0f64, 0f64, 0f64, 0f64);

@@ -66,10 +66,10 @@ impl Sketch {
         self.addrs.len() * 8 + self.rows.bytes() + self.row_sums.len() * 4
     }
 
-    /// About what the sketches of `rows` rows of `dim` floats hold (per row: the codes, the
-    /// address, three bound terms and a checksum).
+    /// About what the sketches of `rows` rows of `dim` floats hold: their quantized rows,
+    /// and per row an address and a checksum.
     pub fn estimated_bytes(rows: u64, dim: usize) -> u64 {
-        rows.saturating_mul(dim as u64 + 8 + 12 + 4)
+        QuantizedRows::estimated_bytes(rows, dim).saturating_add(rows.saturating_mul(8 + 4))
     }
 }
 
@@ -110,6 +110,8 @@ pub struct Refine<'a> {
     q: &'a [f32],
     metric: Metric,
     keep: usize,
+    /// The caller's k-th best key when the search began (a NaN while it had fewer).
+    bound: f32,
     list: Vec<Shortlisted>,
     /// Per entry of `list`: read already.
     read: Vec<bool>,
@@ -162,6 +164,7 @@ impl<'a> Refine<'a> {
             q,
             metric,
             keep,
+            bound,
             read: vec![false; list.len()],
             list,
             floats: vec![Vec::new(); sketches.len()],
@@ -184,14 +187,9 @@ impl<'a> Refine<'a> {
 
     /// Step 3, given the floats of [`Self::first`]'s rows (in that order): scores them with
     /// `score` (the caller's scoring, so keys are the ones it computes) and returns every
-    /// other row that the k-th best of them, or `bound` when lower, does not rule out.
-    pub fn second<F>(
-        &mut self,
-        first: &[RowRef],
-        floats: &[f32],
-        bound: f32,
-        score: F,
-    ) -> Vec<RowRef>
+    /// other row that the k-th best of them, or the caller's bound when lower, does not
+    /// rule out.
+    pub fn second<F>(&mut self, first: &[RowRef], floats: &[f32], score: F) -> Vec<RowRef>
     where
         F: Fn(&Partition, &mut TopK, &mut SearchStats),
     {
@@ -201,10 +199,10 @@ impl<'a> Refine<'a> {
         for part in self.partitions() {
             score(&part, &mut top, &mut scratch);
         }
-        let tau = if top.bound().total_cmp(&bound).is_lt() {
+        let tau = if top.bound().total_cmp(&self.bound).is_lt() {
             top.bound()
         } else {
-            bound
+            self.bound
         };
         let mut bounds: Vec<Option<Option<RowBounds>>> =
             (0..self.sketches.len()).map(|_| None).collect();

@@ -17,7 +17,7 @@ use super::{Entry, IndexCache, Key};
 use crate::format::TableDir;
 use crate::index::error::Result;
 use crate::index::parallel;
-use crate::index::quantized::MIN_DIM;
+use crate::index::quantized::{MIN_DIM, QuantizedRows};
 use crate::index::segment::{self, Footer, Partition};
 use crate::index::sketch::Sketch;
 
@@ -43,7 +43,7 @@ impl IndexCache {
             && dim >= MIN_DIM
             && footer
                 .data_bytes()
-                .saturating_add(rows.saturating_mul(dim as u64 + 12))
+                .saturating_add(QuantizedRows::estimated_bytes(rows, dim))
                 > room
             && Sketch::estimated_bytes(rows, dim) <= room
     }

@@ -65,7 +65,7 @@ impl Searcher<'_> {
         let mut refine = Refine::new(&sketches, dim, q, metric, mask, keep, bound);
         let first = refine.first();
         let floats = segment::read_rows(dir, &segment.file, footer, &rows_at(&first)).await?;
-        let second = refine.second(&first, &floats, bound, score);
+        let second = refine.second(&first, &floats, score);
         let floats = segment::read_rows(dir, &segment.file, footer, &rows_at(&second)).await?;
         let (read, refined) = refine.finish(&second, &floats);
         stats.add(&refined);

@@ -33,7 +33,7 @@ fn refined(
     };
     let mut refine = Refine::new(&sketches, dim, q, metric, mask, k, bound);
     let first = refine.first();
-    let second = refine.second(&first, &read(&first), bound, score);
+    let second = refine.second(&first, &read(&first), score);
     let (scored, mut stats) = refine.finish(&second, &read(&second));
     let mut top = TopK::new(k);
     for part in &scored {
