@@ -1,7 +1,7 @@
 //! An index build whose memory is bounded by a byte budget (`fragvec.index_cache_bytes`): for
-//! tables whose vectors do not fit it, it streams the column several times instead of
-//! loading every vector (the in-memory build is in [`super::build`]; [`super::optimize`]
-//! chooses).
+//! tables whose vectors do not fit it, it reads the column twice and keeps the rows in
+//! temporary files between assigning and writing them, instead of loading every vector (the
+//! in-memory build is in [`super::build`]; [`super::optimize`] chooses).
 //!
 //! Passes, each reading the column fragment by fragment in manifest order, batch by batch,
 //! skipping deleted rows and NULLs ([`build::scan_vectors`]):
@@ -11,28 +11,35 @@
 //!    the rows an in-memory build of the same snapshot trains on (see [`super::sample`]), so
 //!    both builds make the same model.
 //! 2. **Assign** ("assigning rows"): every row's partition, on every core, with the
-//!    in-memory build's own assignment ([`build::assign_partitions`]); only a `u32` per row
-//!    and the partition sizes are kept.
+//!    in-memory build's own assignment ([`build::assign_partitions`]); each row (address
+//!    and payload: floats, or PQ codes) is appended to the [`Spill`] file of its bucket of
+//!    partitions, and the partition sizes are counted.
 //! 3. **Write** ("writing index files": the model, then one unit per group): the segment's
 //!    data section is cut into groups of at most half the budget ([`plan_groups`]; at most
-//!    [`MAX_GROUPS`] groups, see there); each group
-//!    is one more pass collecting just its rows, ranked within their partition in row order
-//!    (so every partition lists its rows as the in-memory build does), checksummed by a
+//!    [`MAX_GROUPS`] groups, see there); each group is collected from the spill buckets
+//!    holding its partitions, ranked within their partition in row order (so every
+//!    partition lists its rows as the in-memory build does), checksummed by a
 //!    [`SegmentEncoder`] and appended to a multipart upload; then the footer. The file is the
 //!    one [`super::segment::encode`] makes for the in-memory build's partitions.
 //!
-//! Ordering: every pass must see the same rows in the same order. The snapshot's files are
+//! Why spill rather than read the column once per group (as this build did before): a group
+//! pass decodes every Parquet page of the column to keep a slice of it; at 1M × 768 with a
+//! 1 GiB budget that was 6 more passes and nearly doubled the build. The spill is read
+//! sequentially, about 1.25 times over, without decoding.
+//!
+//! Ordering: both passes must see the same rows in the same order. The snapshot's files are
 //! immutable, so they do; a pass that sees a different row count fails as
 //! [`IndexError::Build`] rather than write a wrong file.
 //!
 //! Memory, for a budget `B`: a group's bytes (≤ `B/2`, or one row when a row is larger, or
-//! 1/64 of the segment when that is more); a
-//! read batch of at most `B/16` of vector data, its live rows and their prepared copy; 4
-//! bytes per row (partition ids); during pass 1 and training, the sample (`sample_size` rows,
+//! 1/64 of the segment when that is more); a read batch of at most `B/16` of vector data,
+//! its live rows, their prepared copy and payloads; the spill's write buffers (≤ `B/16`)
+//! or one read chunk (≤ `B/16`); during pass 1 and training, the sample (`sample_size` rows,
 //! two copies while training: k-means needs them all, so the sample is not cut to the
 //! budget). Outside the count: up to [`UPLOAD_BYTES`] of upload parts and the Parquet
 //! decoder's own buffers. [`BuildStats::peak_bytes`] reports the most held at once.
-//! IO: the column is read `2 + groups` times, groups ≈ 2 × segment bytes / `B` (≤ 64).
+//! Disk: the spill holds each row once (12 bytes plus its payload), in the system's
+//! temporary directory (`TMPDIR`), freed when the build ends.
 
 use std::collections::BTreeSet;
 
@@ -46,6 +53,9 @@ use super::ivf::IvfModel;
 use super::sample::BottomK;
 use super::segment::SegmentEncoder;
 use super::segment::groups::{Block, Slice, plan_groups};
+use spill::Spill;
+
+mod spill;
 use crate::format::commit::NewSegment;
 use crate::format::index_meta::IndexKind;
 use crate::format::progress::{Phase, Progress};
@@ -67,6 +77,13 @@ pub const UPLOAD_BYTES: usize = (PARTS_IN_FLIGHT + 2) * UPLOAD_PART_BYTES;
 /// budget of 0, "cache nothing", must not make a build read the column once per row).
 const MAX_GROUPS: u64 = 64;
 
+/// Most temporary files the rows are spilled to (one per bucket of partitions).
+const MAX_SPILL_BUCKETS: usize = 256;
+
+/// Most bytes of rows a spill file buffers before it writes them (the spill reads back 8
+/// times that at once).
+const SPILL_BUFFER_BYTES: usize = 1 << 20;
+
 /// Fewest physical rows a streaming read asks for at once, whatever the budget.
 const MIN_BATCH_ROWS: usize = 64;
 
@@ -79,6 +96,8 @@ pub struct BuildStats {
     pub passes: usize,
     /// Groups the segment's data section was written in.
     pub groups: usize,
+    /// Bytes of rows written to temporary files between assigning and writing them.
+    pub spilled_bytes: u64,
     /// The most bytes of vectors, samples, partitions, per-row ids and read batches held at
     /// once (see the module docs for what is outside the count).
     pub peak_bytes: usize,
@@ -158,23 +177,39 @@ pub async fn build(
     };
     let mut held = Held::default();
     let (model, rows) = scan.train(&mut held, progress).await?;
-    let (ids, sizes) = scan.assign(&model, rows, &mut held, progress).await?;
     let row_width = model.pq.as_ref().map_or(req.dim * 4, |pq| pq.sub_vectors);
     let data_bytes = rows as u64 * (8 + row_width as u64);
-    let groups = plan_groups(
-        &sizes,
-        row_width,
-        group_bytes(req.budget_bytes, data_bytes, row_width),
+    let group_limit = group_bytes(req.budget_bytes, data_bytes, row_width);
+    // Buckets of about an eighth of a group: a group reads its own buckets and at most
+    // parts of two more, so the spill is read about (1 + 2/8) times over.
+    let spill_bytes = rows as u64 * (spill::RECORD_HEADER_BYTES + row_width) as u64;
+    let buckets = spill::bucket_count(
+        model.partitions(),
+        spill_bytes,
+        (group_limit / 8) as u64,
+        MAX_SPILL_BUCKETS,
     );
+    let mut spill = Spill::create(
+        req.index,
+        &std::env::temp_dir(),
+        model.partitions(),
+        buckets,
+        row_width,
+        (req.budget_bytes / 16 / buckets).min(SPILL_BUFFER_BYTES),
+    )?;
+    let sizes = scan
+        .assign(&model, rows, &mut spill, &mut held, progress)
+        .await?;
+    let groups = plan_groups(&sizes, row_width, group_limit);
     let writing = progress.phase("writing index files", Some(1 + groups.len() as u64));
     let (model_file, model_size_bytes) =
         build::write_model(&req.snapshot.dir, req.index, &model).await?;
     writing.advance(1);
     let writer = SegmentWriter {
         scan,
-        model: &model,
-        ids: &ids,
+        spill: &spill,
         row_width,
+        chunk_bytes: (req.budget_bytes / 16).min(SPILL_BUFFER_BYTES * 8),
     };
     let (file, size_bytes) = writer.write(&groups, &sizes, &mut held, &writing).await?;
     writing.finish();
@@ -190,8 +225,9 @@ pub async fn build(
         },
         stats: BuildStats {
             streamed: true,
-            passes: 2 + groups.len(),
+            passes: 2,
             groups: groups.len(),
+            spilled_bytes: spill.bytes_written(),
             peak_bytes: held.peak,
         },
     })
@@ -280,23 +316,19 @@ impl Scan<'_> {
         Ok((model, rows))
     }
 
-    /// Pass 2: the partition of each of the `rows` rows, in scan order, and the rows of each
-    /// partition.
+    /// Pass 2: the partition of each of the `rows` rows, each row appended to `spill` with
+    /// its payload (floats, or PQ codes); returns the rows of each partition.
     async fn assign(
         &self,
         model: &IvfModel,
         rows: usize,
+        spill: &mut Spill,
         held: &mut Held,
         progress: &Progress,
-    ) -> Result<(Vec<u32>, Vec<u64>)> {
+    ) -> Result<Vec<u64>> {
         let index = self.req.index;
-        let mut ids: Vec<u32> = Vec::new();
-        ids.try_reserve_exact(rows).map_err(|_| {
-            self.build_error(format!(
-                "cannot hold a partition id for each of {rows} rows"
-            ))
-        })?;
-        held.hold(ids.capacity() * 4);
+        let row_width = spill.record_bytes() - spill::RECORD_HEADER_BYTES;
+        held.hold(spill.buffer_bytes());
         let mut sizes = vec![0u64; model.partitions()];
         let assigning = progress.phase("assigning rows", Some(rows as u64));
         let unreported = Progress::none().phase("", None);
@@ -304,6 +336,7 @@ impl Scan<'_> {
             snapshot, column, ..
         } = self.req;
         let fragments = self.fragments;
+        let mut payload: Vec<u8> = Vec::new();
         build::scan_vectors(
             snapshot,
             column,
@@ -315,35 +348,59 @@ impl Scan<'_> {
                     return Ok(());
                 }
                 let assigned = build::assign_partitions(model, batch.values);
-                if ids.len() + assigned.len() > rows {
+                if spill.records() + assigned.len() as u64 > rows as u64 {
                     return Err(changed(index));
                 }
-                for &p in &assigned {
-                    sizes[p as usize] += 1;
+                // The segment's payload bytes of every row of the batch.
+                payload.clear();
+                if model.pq.is_some() {
+                    payload = build::pq_codes(model, batch.values);
+                } else {
+                    payload.reserve(batch.values.len() * 4);
+                    for x in batch.values {
+                        payload.extend_from_slice(&x.to_le_bytes());
+                    }
                 }
-                ids.extend_from_slice(&assigned);
-                // The batch, its prepared copy and the assignment scratch.
-                held.touch(batch_bytes(&batch) + batch.values.len() * 4 + batch.addrs.len() * 12);
+                if payload.len() != assigned.len() * row_width {
+                    return Err(self.build_error(format!(
+                        "{} payload bytes for {} rows of {row_width} bytes",
+                        payload.len(),
+                        assigned.len()
+                    )));
+                }
+                for (j, (&p, addr)) in assigned.iter().zip(batch.addrs).enumerate() {
+                    sizes[p as usize] += 1;
+                    spill.push(p, *addr, &payload[j * row_width..(j + 1) * row_width])?;
+                }
+                // The batch, its prepared copy, the assignment scratch and the payloads.
+                held.touch(
+                    batch_bytes(&batch)
+                        + batch.values.len() * 4
+                        + batch.addrs.len() * 12
+                        + payload.capacity(),
+                );
                 assigning.advance(batch.addrs.len() as u64);
                 Ok::<_, IndexError>(())
             },
         )
         .await?;
+        spill.flush()?;
+        held.release(spill.buffer_bytes());
         assigning.finish();
-        if ids.len() != rows {
+        if spill.records() != rows as u64 {
             return Err(changed(index));
         }
-        Ok((ids, sizes))
+        Ok(sizes)
     }
 }
 
-/// Writes the segment file, one pass per group.
+/// Writes the segment file from the spilled rows, one group at a time.
 struct SegmentWriter<'a> {
     scan: Scan<'a>,
-    model: &'a IvfModel,
-    /// Every row's partition, in scan order.
-    ids: &'a [u32],
+    spill: &'a Spill,
     row_width: usize,
+    /// Bytes of spilled rows read at once.
+    chunk_bytes: usize,
 }
 
 impl SegmentWriter<'_> {
@@ -369,7 +426,7 @@ impl SegmentWriter<'_> {
         let written: Result<u64> = async {
             let mut encoder = SegmentEncoder::new(sizes, self.row_width);
             for group in groups {
-                let buffers = self.collect(group, held).await?;
+                let buffers = self.collect(group, held)?;
                 for buffer in &buffers {
                     encoder
                         .push(buffer)
@@ -404,15 +461,14 @@ impl SegmentWriter<'_> {
         }
     }
 
-    /// One pass over the column collecting the bytes of each slice of `group`, in the
-    /// group's order.
-    async fn collect(&self, group: &[Slice], held: &mut Held) -> Result<Vec<Vec<u8>>> {
+    /// The bytes of each slice of `group`, in the group's order, from the buckets of the
+    /// spill holding its partitions.
+    fn collect(&self, group: &[Slice], held: &mut Held) -> Result<Vec<Vec<u8>>> {
         let (Some(first), Some(last)) = (group.first(), group.last()) else {
             return Ok(Vec::new());
         };
         let (first, last) = (first.partition, last.partition);
         let index = self.scan.req.index;
-        let dim = self.scan.req.dim;
         // Per partition of the group: which slice takes its addresses, which its payload.
         let mut slices = vec![[None, None]; last - first + 1];
         for (i, s) in group.iter().enumerate() {
@@ -427,27 +483,15 @@ impl SegmentWriter<'_> {
             .map(|s| Vec::with_capacity(s.bytes(self.row_width) as usize))
             .collect();
         held.hold(buffers.iter().map(Vec::capacity).sum());
-        // Rows of each partition of the group seen so far: the next row's rank.
+        held.touch(self.chunk_bytes);
+        // Rows of each partition of the group seen so far: the next row's rank. A bucket
+        // holds every row of its partitions in row order, so ranks count from its start.
         let mut ranks = vec![0u64; last - first + 1];
-        let mut position = 0usize;
-        // PQ: the rows whose codes this batch owes, and their vectors.
-        let mut owed: Vec<usize> = Vec::new();
-        let mut owed_values: Vec<f32> = Vec::new();
-        let unreported = Progress::none().phase("", None);
-        build::scan_vectors(
-            self.scan.req.snapshot,
-            self.scan.req.column,
-            self.scan.fragments,
-            self.scan.batch_rows,
-            &unreported,
-            |batch| {
-                owed.clear();
-                owed_values.clear();
-                for (j, addr) in batch.addrs.iter().enumerate() {
-                    let p = *self.ids.get(position).ok_or_else(|| changed(index))? as usize;
-                    position += 1;
+        for bucket in self.spill.buckets_of(first..last + 1) {
+            self.spill
+                .read_bucket(bucket, self.chunk_bytes, |p, addr, payload| {
                     if p < first || p > last {
-                        continue;
+                        return Ok(());
                     }
                     let rank = ranks[p - first];
                     ranks[p - first] += 1;
@@ -456,33 +500,16 @@ impl SegmentWriter<'_> {
                         buffers[i].extend_from_slice(&addr.to_le_bytes());
                     }
                     if let Some(i) = payload_slice.filter(|&i| group[i].rows.contains(&rank)) {
-                        let v = &batch.values[j * dim..(j + 1) * dim];
-                        if self.model.pq.is_some() {
-                            owed.push(i);
-                            owed_values.extend_from_slice(v);
-                        } else {
-                            for x in v {
-                                buffers[i].extend_from_slice(&x.to_le_bytes());
-                            }
-                        }
+                        buffers[i].extend_from_slice(payload);
                     }
-                }
-                if !owed.is_empty() {
-                    let codes = build::pq_codes(self.model, &owed_values);
-                    for (i, code) in owed.iter().zip(codes.chunks_exact(self.row_width)) {
-                        buffers[*i].extend_from_slice(code);
-                    }
-                }
-                held.touch(batch_bytes(&batch) + owed_values.capacity() * 4 * 2);
-                Ok::<_, IndexError>(())
-            },
-        )
-        .await?;
+                    Ok(())
+                })?;
+        }
         let complete = group
             .iter()
             .zip(&buffers)
             .all(|(s, b)| b.len() as u64 == s.bytes(self.row_width));
-        if position != self.ids.len() || !complete {
+        if !complete {
             return Err(changed(index));
         }
         Ok(buffers)

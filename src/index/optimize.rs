@@ -221,6 +221,7 @@ pub async fn build(
         streamed: false,
         passes: 1,
         groups: 1,
+        spilled_bytes: 0,
         peak_bytes: vectors.addrs.len() * 8
             + vectors.values.len() * 4
             + parts.iter().map(|p| p.bytes()).sum::<usize>(),
