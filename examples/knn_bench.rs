@@ -403,6 +403,29 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
+/// Prints how long each phase of a statement took (to stderr: stdout is the report), so a
+/// slow build says where its time went.
+struct PhaseTimes {
+    started: std::sync::Mutex<std::collections::HashMap<u64, (String, Instant)>>,
+}
+
+impl fragvec::format::progress::ProgressSink for PhaseTimes {
+    fn start(&self, id: u64, name: &str, _total: Option<u64>) {
+        if let Ok(mut started) = self.started.lock() {
+            started.insert(id, (name.to_string(), Instant::now()));
+        }
+    }
+
+    fn advance(&self, _id: u64, _n: u64) {}
+
+    fn finish(&self, id: u64) {
+        let ended = self.started.lock().ok().and_then(|mut s| s.remove(&id));
+        if let Some((name, t)) = ended {
+            eprintln!("  phase {name:<24} {:>8.2} s", t.elapsed().as_secs_f64());
+        }
+    }
+}
+
 /// Loads the items through SQL and builds the index, reporting both times.
 async fn load_and_index(
     session: &fragvec::FragvecSession,
@@ -421,6 +444,9 @@ async fn load_and_index(
         ))
         .await?;
     report.value("load (INSERT from Parquet)", t.elapsed().as_secs_f64(), "s");
+    session.set_progress(std::sync::Arc::new(PhaseTimes {
+        started: Default::default(),
+    }));
     let t = Instant::now();
     session
         .sql(&format!(
@@ -429,6 +455,7 @@ async fn load_and_index(
         ))
         .await?;
     report.value("index build (IVF_FLAT)", t.elapsed().as_secs_f64(), "s");
+    session.clear_progress();
     report.value("peak RSS after build", memory().0 as f64 / 1e6, "MB");
     Ok(())
 }
