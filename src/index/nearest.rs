@@ -2,32 +2,58 @@
 //! `ivf_partition` spend their time in.
 //!
 //! One row against one centroid at a time ([`super::kmeans::nearest`]) loads two floats per
-//! multiply. Here a tile of [`ROWS`] rows meets [`CENTROIDS`] centroids at once: each loaded
-//! chunk of eight floats feeds several fused multiply-adds, in twelve independent accumulator
-//! registers. Distances use the expansion `|x − c|² = |x|² − 2 x·c + |c|²` with the centroid
-//! norms computed once, so the inner loop is a pure dot product.
+//! multiply. Here a tile of rows meets a tile of centroids at once ([`ROWS`] × [`CENTROIDS`]
+//! with AVX2, [`WIDE_ROWS`] × [`WIDE_CENTROIDS`] with AVX-512): each loaded chunk of eight
+//! floats feeds several fused multiply-adds, in independent accumulator registers.
+//! Distances use the expansion `|x − c|² = |x|² − 2 x·c + |c|²` with the centroid norms
+//! computed once, so the inner loop is a pure dot product.
+//!
+//! Rows and centroids are taken in blocks that stay in the core's cache (about
+//! [`ROW_BLOCK_BYTES`] of rows against [`CENTROID_BLOCK_BYTES`] of centroids): a tile of rows
+//! against every centroid would read the whole centroid matrix (3 MB at 1,000 × 768) from
+//! memory once per tile; a block reads it once per block of rows.
 //!
 //! The expansion rounds differently from the direct difference, so a row almost equidistant
 //! from two centroids may pick the other one than [`super::kmeans::nearest`] would; both
 //! choices are within rounding of the true minimum (tested), which is all k-means and IVF
-//! partitioning need. Within this module every path gives the same bits: the AVX2 + FMA code
-//! (x86-64, checked once per call) and the portable code use the same accumulator layout and
-//! the same order of (fused) operations.
+//! partitioning need. Within this module every path gives the same bits, whatever the
+//! blocking, the tile or the instruction set: each (row, centroid) dot product is eight lanes
+//! of fused multiply-adds over the same elements in the same order (the AVX-512 tile holds
+//! two centroids' eight lanes in one register), summed in the same order, and every row is
+//! offered its centroids in increasing order, so exact ties go to the lowest index. A row's
+//! centroid therefore does not depend on the machine, nor on the other rows it came with.
+
+#[cfg(target_arch = "x86_64")]
+use std::sync::OnceLock;
 
 use super::distance::norm_squared;
 
-/// Rows per tile.
+/// Rows per AVX2 / portable tile.
 const ROWS: usize = 4;
-/// Centroids per tile.
+/// Centroids per AVX2 / portable tile.
 const CENTROIDS: usize = 3;
-/// Floats per accumulator (one AVX2 register).
+/// Rows per AVX-512 tile.
+const WIDE_ROWS: usize = 6;
+/// Centroids per AVX-512 tile (in pairs, one pair per register).
+const WIDE_CENTROIDS: usize = 8;
+/// Floats per accumulator lane set (one AVX2 register).
 const LANES: usize = 8;
+/// Bytes of rows taken at once.
+const ROW_BLOCK_BYTES: usize = 64 * 1024;
+/// Bytes of centroids a block of rows meets at once (well inside a core's L2).
+const CENTROID_BLOCK_BYTES: usize = 256 * 1024;
+/// Fewest rows for which the AVX-512 path copies the centroids into pairs first.
+#[cfg(target_arch = "x86_64")]
+const WIDE_MIN_ROWS: usize = 64;
 
 /// Centroids (`k × dim`, row-major) with their squared norms, ready for [`Self::assign`].
 pub struct CentroidTable<'a> {
     centroids: &'a [f32],
     dim: usize,
     norms: Vec<f32>,
+    /// The centroids interleaved in pairs for the AVX-512 tile, made on first use.
+    #[cfg(target_arch = "x86_64")]
+    pairs: OnceLock<Vec<f32>>,
 }
 
 impl<'a> CentroidTable<'a> {
@@ -41,6 +67,8 @@ impl<'a> CentroidTable<'a> {
             centroids,
             dim,
             norms,
+            #[cfg(target_arch = "x86_64")]
+            pairs: OnceLock::new(),
         }
     }
 
@@ -62,88 +90,142 @@ impl<'a> CentroidTable<'a> {
             return;
         }
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
         {
-            // SAFETY: the CPU has AVX2 and FMA (checked just above).
-            return unsafe { self.assign_avx2(rows, out) };
+            if rows.len() / dim >= WIDE_MIN_ROWS && avx512::available() {
+                let pairs = self
+                    .pairs
+                    .get_or_init(|| avx512::interleave(self.centroids, dim));
+                // SAFETY: the CPU has AVX-512 F and DQ, AVX2 and FMA (checked just above).
+                return unsafe { self.assign_avx512(rows, out, pairs) };
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                // SAFETY: the CPU has AVX2 and FMA (checked just above).
+                return unsafe { self.assign_avx2(rows, out) };
+            }
         }
-        self.assign_with(
+        self.assign_blocked::<ROWS, CENTROIDS>(
             rows,
             out,
-            dots_portable::<ROWS, CENTROIDS>,
-            dots_portable::<ROWS, 1>,
+            |xs, c| dots_portable::<ROWS, CENTROIDS>(xs, self.tile(c)),
+            dot_portable,
         );
-        self.finish_rows(rows, out);
+        self.finish_distances(rows, out);
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     fn assign_avx2(&self, rows: &[f32], out: &mut [(u32, f32)]) {
-        self.assign_with(
+        self.assign_blocked::<ROWS, CENTROIDS>(
             rows,
             out,
-            |r, c| avx2::dots::<ROWS, CENTROIDS>(r, c),
-            |r, c| avx2::dots::<ROWS, 1>(r, c),
+            |xs, c| avx2::dots::<ROWS, CENTROIDS>(xs, self.tile(c)),
+            |x, c| avx2::dots::<1, 1>([x], [c])[0][0],
         );
-        self.finish_rows(rows, out);
+        self.finish_distances(rows, out);
     }
 
-    /// Full tiles of [`ROWS`] rows; each slot of `out` gets its best `|c|² − 2 x·c`.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+    fn assign_avx512(&self, rows: &[f32], out: &mut [(u32, f32)], pairs: &[f32]) {
+        let body = self.dim - self.dim % LANES;
+        self.assign_blocked::<WIDE_ROWS, WIDE_CENTROIDS>(
+            rows,
+            out,
+            |xs, c| {
+                // `c` is a multiple of the tile (so even): its pairs start at pair c / 2.
+                let pairs = &pairs[c * body..(c + WIDE_CENTROIDS) * body];
+                avx512::dots::<WIDE_ROWS, { WIDE_CENTROIDS / 2 }, WIDE_CENTROIDS>(
+                    xs,
+                    pairs,
+                    self.tile(c),
+                )
+            },
+            |x, c| avx2::dots::<1, 1>([x], [c])[0][0],
+        );
+        self.finish_distances(rows, out);
+    }
+
+    /// The `C` centroids from `c` on.
     #[inline(always)]
-    fn assign_with(
+    fn tile<const C: usize>(&self, c: usize) -> [&[f32]; C] {
+        std::array::from_fn(|j| self.centroid(c + j))
+    }
+
+    /// Every slot of `out` gets its row's best `(centroid, |c|² − 2 x·c)`: rows in blocks of
+    /// about [`ROW_BLOCK_BYTES`], each meeting the centroids a block of about
+    /// [`CENTROID_BLOCK_BYTES`] at a time, in tiles of `R` rows × `C` centroids (`tile(xs, c)`
+    /// scores centroids `c..c + C`) and single dot products (`one`) at the edges.
+    #[inline(always)]
+    fn assign_blocked<const R: usize, const C: usize>(
         &self,
         rows: &[f32],
         out: &mut [(u32, f32)],
-        tile: impl Fn([&[f32]; ROWS], [&[f32]; CENTROIDS]) -> [[f32; CENTROIDS]; ROWS],
-        tile_edge: impl Fn([&[f32]; ROWS], [&[f32]; 1]) -> [[f32; 1]; ROWS],
+        tile: impl Fn([&[f32]; R], usize) -> [[f32; C]; R],
+        one: impl Fn(&[f32], &[f32]) -> f32,
     ) {
         let dim = self.dim;
         let k = self.len();
-        let full = k - k % CENTROIDS;
-        for (block, slots) in rows
-            .chunks_exact(ROWS * dim)
-            .zip(out.chunks_exact_mut(ROWS))
-        {
-            let xs: [&[f32]; ROWS] = std::array::from_fn(|r| &block[r * dim..(r + 1) * dim]);
-            let mut best = [(0u32, f32::INFINITY); ROWS];
-            let mut c = 0;
-            while c < full {
-                let cs: [&[f32]; CENTROIDS] = std::array::from_fn(|j| self.centroid(c + j));
-                let dots = tile(xs, cs);
-                for (r, best) in best.iter_mut().enumerate() {
-                    for (j, d) in dots[r].iter().enumerate() {
-                        self.offer(best, c + j, *d);
-                    }
-                }
-                c += CENTROIDS;
+        let row_block = (ROW_BLOCK_BYTES / (dim * 4) / R * R).max(R);
+        // A multiple of the tile, so every tile but the last of all is whole.
+        let centroid_block = (CENTROID_BLOCK_BYTES / (dim * 4) / C * C).max(C);
+        for (block, slots) in rows.chunks(row_block * dim).zip(out.chunks_mut(row_block)) {
+            slots.fill((0, f32::INFINITY));
+            let mut c0 = 0;
+            while c0 < k {
+                let c1 = (c0 + centroid_block).min(k);
+                self.block::<R, C>(block, slots, c0..c1, &tile, &one);
+                c0 = c1;
             }
-            while c < k {
-                let dots = tile_edge(xs, [self.centroid(c)]);
-                for (r, best) in best.iter_mut().enumerate() {
-                    self.offer(best, c, dots[r][0]);
-                }
-                c += 1;
-            }
-            slots.copy_from_slice(&best);
         }
     }
 
-    /// The rows after the last full tile (fewer than [`ROWS`]), then every slot's score turned
-    /// into a distance.
+    /// Offers centroids `cs` to each row of `rows` (best so far in `best`), in increasing
+    /// order per row.
     #[inline(always)]
-    fn finish_rows(&self, rows: &[f32], out: &mut [(u32, f32)]) {
+    fn block<const R: usize, const C: usize>(
+        &self,
+        rows: &[f32],
+        best: &mut [(u32, f32)],
+        cs: std::ops::Range<usize>,
+        tile: &impl Fn([&[f32]; R], usize) -> [[f32; C]; R],
+        one: &impl Fn(&[f32], &[f32]) -> f32,
+    ) {
         let dim = self.dim;
-        let n = rows.len() / dim;
-        for i in n - n % ROWS..n {
-            let x = &rows[i * dim..(i + 1) * dim];
-            let mut best = (0u32, f32::INFINITY);
-            for c in 0..self.len() {
-                let d = dot_portable(x, self.centroid(c));
-                self.offer(&mut best, c, d);
+        let n = best.len();
+        let whole_rows = n - n % R;
+        let whole_centroids = cs.start + (cs.len() - cs.len() % C);
+        let row = |i: usize| &rows[i * dim..(i + 1) * dim];
+        for r0 in (0..whole_rows).step_by(R) {
+            let xs: [&[f32]; R] = std::array::from_fn(|r| row(r0 + r));
+            let mut c = cs.start;
+            while c < whole_centroids {
+                let dots = tile(xs, c);
+                for (r, dots) in dots.iter().enumerate() {
+                    for (j, d) in dots.iter().enumerate() {
+                        self.offer(&mut best[r0 + r], c + j, *d);
+                    }
+                }
+                c += C;
             }
-            out[i] = best;
+            for c in whole_centroids..cs.end {
+                for (r, x) in xs.iter().enumerate() {
+                    self.offer(&mut best[r0 + r], c, one(x, self.centroid(c)));
+                }
+            }
         }
-        for (x, slot) in rows.chunks_exact(dim).zip(out.iter_mut()) {
+        for (i, best) in best.iter_mut().enumerate().skip(whole_rows) {
+            for c in cs.clone() {
+                self.offer(best, c, one(row(i), self.centroid(c)));
+            }
+        }
+    }
+
+    /// Every slot's score turned into a distance.
+    #[inline(always)]
+    fn finish_distances(&self, rows: &[f32], out: &mut [(u32, f32)]) {
+        for (x, slot) in rows.chunks_exact(self.dim).zip(out.iter_mut()) {
             slot.1 = (norm_squared(x) + slot.1).max(0.0);
         }
     }
@@ -246,6 +328,103 @@ mod avx2 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+/// The AVX-512 tile: [`dots_portable`]'s arithmetic with two centroids per register.
+mod avx512 {
+    use std::arch::x86_64::{
+        __m512, _mm256_loadu_ps, _mm512_broadcast_f32x8, _mm512_fmadd_ps, _mm512_loadu_ps,
+        _mm512_setzero_ps, _mm512_storeu_ps,
+    };
+
+    use super::LANES;
+
+    /// Whether this CPU runs [`dots`] (checked once).
+    pub fn available() -> bool {
+        static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *AVAILABLE.get_or_init(|| {
+            std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512dq")
+                && std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+        })
+    }
+
+    /// `centroids` (`k × dim`) as pairs for [`dots`]: pair `p` (centroids `2p`, `2p + 1`;
+    /// the last padded with zeros when `k` is odd) takes `2 × body` floats, `body` being
+    /// `dim` rounded down to eight, and holds, for each chunk of eight floats in turn, the
+    /// chunk of centroid `2p` then that of centroid `2p + 1`. The tails past `body` are not
+    /// copied (they are read from the centroids).
+    pub fn interleave(centroids: &[f32], dim: usize) -> Vec<f32> {
+        let body = dim - dim % LANES;
+        let k = centroids.len() / dim;
+        let mut pairs = vec![0f32; k.div_ceil(2) * 2 * body];
+        for (c, centroid) in centroids.chunks_exact(dim).enumerate() {
+            let pair = &mut pairs[(c / 2) * 2 * body..(c / 2 + 1) * 2 * body];
+            for (i, chunk) in centroid[..body].chunks_exact(LANES).enumerate() {
+                let at = 2 * LANES * i + LANES * (c % 2);
+                pair[at..at + LANES].copy_from_slice(chunk);
+            }
+        }
+        pairs
+    }
+
+    /// The dot products of `R` rows with the `C = 2P` centroids `cs`, whose bodies `pairs`
+    /// holds as [`interleave`] lays them out: each register accumulates two centroids' eight
+    /// lanes against a row's chunk broadcast to both halves, so every lane does exactly the
+    /// fused multiply-adds of [`super::dots_portable`], then the lanes and tails are summed
+    /// as there.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+    pub fn dots<const R: usize, const P: usize, const C: usize>(
+        xs: [&[f32]; R],
+        pairs: &[f32],
+        cs: [&[f32]; C],
+    ) -> [[f32; C]; R] {
+        let dim = xs[0].len();
+        let body = dim - dim % LANES;
+        assert!(
+            C == 2 * P
+                && pairs.len() == P * 2 * body
+                && xs.iter().all(|x| x.len() == dim)
+                && cs.iter().all(|c| c.len() == dim),
+            "tile shapes"
+        );
+        let mut acc = [[_mm512_setzero_ps(); P]; R];
+        let mut i = 0;
+        while i < body {
+            // SAFETY: pair `p`'s chunk at `i` is 16 floats at `p·2·body + 2i`, and
+            // `2i + 16 <= 2·body` (asserted lengths); each row's chunk is 8 floats at `i`,
+            // `i + 8 <= body <= dim`.
+            let c: [__m512; P] = std::array::from_fn(|p| unsafe {
+                _mm512_loadu_ps(pairs.as_ptr().add(p * 2 * body + 2 * i))
+            });
+            for r in 0..R {
+                let x = unsafe { _mm512_broadcast_f32x8(_mm256_loadu_ps(xs[r].as_ptr().add(i))) };
+                for p in 0..P {
+                    acc[r][p] = _mm512_fmadd_ps(x, c[p], acc[r][p]);
+                }
+            }
+            i += LANES;
+        }
+        let mut out = [[0f32; C]; R];
+        for r in 0..R {
+            for p in 0..P {
+                let mut lanes = [0f32; 2 * LANES];
+                // SAFETY: `lanes` holds exactly sixteen floats.
+                unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc[r][p]) };
+                for (half, j) in [2 * p, 2 * p + 1].into_iter().enumerate() {
+                    let mut sum: f32 = lanes[half * LANES..(half + 1) * LANES].iter().sum();
+                    for (a, b) in xs[r][body..].iter().zip(&cs[j][body..]) {
+                        sum = a.mul_add(*b, sum);
+                    }
+                    out[r][j] = sum;
+                }
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,6 +479,102 @@ mod tests {
                         prop_assert_eq!(fast[r][j].to_bits(), portable[r][j].to_bits());
                     }
                 }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// The AVX-512 tile gives the bits of the portable one for every (row, centroid).
+        #[test]
+        fn the_wide_tile_gives_the_portable_bits(
+            (dim, rows, centroids) in (1usize..70).prop_flat_map(|d| (
+                Just(d),
+                prop::collection::vec(-4.0f32..4.0, WIDE_ROWS * d),
+                prop::collection::vec(-4.0f32..4.0, WIDE_CENTROIDS * d),
+            ))
+        ) {
+            #[cfg(target_arch = "x86_64")]
+            if avx512::available() {
+                let xs: [&[f32]; WIDE_ROWS] = std::array::from_fn(|r| &rows[r * dim..(r + 1) * dim]);
+                let cs: [&[f32]; WIDE_CENTROIDS] =
+                    std::array::from_fn(|j| &centroids[j * dim..(j + 1) * dim]);
+                let pairs = avx512::interleave(&centroids, dim);
+                let wide = unsafe {
+                    avx512::dots::<WIDE_ROWS, { WIDE_CENTROIDS / 2 }, WIDE_CENTROIDS>(xs, &pairs, cs)
+                };
+                for r in 0..WIDE_ROWS {
+                    for j in 0..WIDE_CENTROIDS {
+                        prop_assert_eq!(wide[r][j].to_bits(), dot_portable(xs[r], cs[j]).to_bits());
+                    }
+                }
+            }
+            let _ = (dim, rows, centroids);
+        }
+
+        /// Whatever the rows it comes with (so whatever the blocks, tiles and path), a row
+        /// gets the centroid and distance it gets alone through the portable code: the
+        /// naive reference is one row, one centroid at a time, lowest index on ties.
+        #[test]
+        fn a_rows_centroid_does_not_depend_on_the_other_rows(
+            (dim, rows, centroids) in (1usize..200).prop_flat_map(|d| (
+                Just(d),
+                prop::collection::vec(-2.0f32..2.0, 0..(400 / d + 2) * d * 4),
+                prop::collection::vec(-2.0f32..2.0, d..(600 / d + 2) * d * 3),
+            ))
+        ) {
+            let dim_rows = rows.len() / dim * dim;
+            let dim_centroids = centroids.len() / dim * dim;
+            let (rows, centroids) = (&rows[..dim_rows], &centroids[..dim_centroids]);
+            prop_assume!(!centroids.is_empty());
+            let table = CentroidTable::new(centroids, dim);
+            let mut out = vec![(0u32, 0f32); rows.len() / dim];
+            table.assign(rows, &mut out);
+            for (x, got) in rows.chunks_exact(dim).zip(&out) {
+                let mut best = (0u32, f32::INFINITY);
+                for c in 0..table.len() {
+                    table.offer(&mut best, c, dot_portable(x, table.centroid(c)));
+                }
+                let want = (best.0, (norm_squared(x) + best.1).max(0.0));
+                prop_assert_eq!((got.0, got.1.to_bits()), (want.0, want.1.to_bits()));
+            }
+        }
+    }
+
+    /// Several blocks of rows and of centroids (768-d: about 21 rows and 85 centroids a
+    /// block), odd counts at every edge, and duplicated centroids (exact ties): each row gets
+    /// what one row at a time against one centroid at a time gives.
+    #[test]
+    fn blocks_of_rows_and_centroids_match_one_row_at_a_time() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        for (dim, n, k) in [(768, 131, 301), (128, 700, 1001), (13, 257, 97)] {
+            let rows: Vec<f32> = (0..n * dim).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let mut centroids: Vec<f32> =
+                (0..k * dim).map(|_| rng.random_range(-1.0..1.0)).collect();
+            // Centroid 2c + 1 repeats centroid 2c for the first ten pairs; rows 0..10 sit
+            // on them.
+            for c in 0..10 {
+                let (a, b) = centroids.split_at_mut((2 * c + 1) * dim);
+                b[..dim].copy_from_slice(&a[2 * c * dim..]);
+            }
+            let mut rows = rows;
+            rows[..10 * dim].copy_from_slice(&centroids[..10 * dim]);
+            let table = CentroidTable::new(&centroids, dim);
+            let mut out = vec![(0u32, 0f32); n];
+            table.assign(&rows, &mut out);
+            for (i, (x, got)) in rows.chunks_exact(dim).zip(&out).enumerate() {
+                let mut best = (0u32, f32::INFINITY);
+                for c in 0..k {
+                    table.offer(&mut best, c, dot_portable(x, table.centroid(c)));
+                }
+                let want = (best.0, (norm_squared(x) + best.1).max(0.0));
+                assert_eq!(
+                    (got.0, got.1.to_bits()),
+                    (want.0, want.1.to_bits()),
+                    "{dim} {i}"
+                );
             }
         }
     }
