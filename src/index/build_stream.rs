@@ -73,8 +73,9 @@ const PARTS_IN_FLIGHT: usize = 2;
 pub const UPLOAD_BYTES: usize = (PARTS_IN_FLIGHT + 2) * UPLOAD_PART_BYTES;
 
 /// Most groups a segment is written in: a budget so small that half of it holds less than
-/// 1/64 of the segment is exceeded rather than the column read more than 66 times (a cache
-/// budget of 0, "cache nothing", must not make a build read the column once per row).
+/// 1/64 of the segment is exceeded rather than the spill read group by group more than 64
+/// times (a cache budget of 0, "cache nothing", must not make a build write a row at a
+/// time).
 const MAX_GROUPS: u64 = 64;
 
 /// Most temporary files the rows are spilled to (one per bucket of partitions).
@@ -234,8 +235,8 @@ pub async fn build(
 }
 
 /// Bytes of each group of a segment whose data section has `data_bytes` and whose rows
-/// have `row_width` payload bytes: half the budget, unless that would take more than
-/// [`MAX_GROUPS`] passes. (A full group wastes less than one row of a block, so groups of
+/// have `row_width` payload bytes: half the budget, unless that would make more than
+/// [`MAX_GROUPS`] groups. (A full group wastes less than one row of a block, so groups of
 /// `data_bytes / MAX_GROUPS` plus the widest block row are at most [`MAX_GROUPS`].)
 fn group_bytes(budget: usize, data_bytes: u64, row_width: usize) -> usize {
     let widest = row_width.max(8) as u64;
