@@ -39,8 +39,10 @@ pub struct Spill {
 /// One bucket's file and the records not yet written to it.
 struct Bucket {
     file: File,
-    /// The file's name while it is still in the directory (after a failed unlink).
-    path: Option<PathBuf>,
+    /// The name the file was created with (for errors).
+    path: PathBuf,
+    /// Whether the name is still in the directory (not unlinked at creation).
+    named: bool,
     pending: Vec<u8>,
     /// Bytes written to the file.
     len: u64,
@@ -48,8 +50,8 @@ struct Bucket {
 
 impl Drop for Bucket {
     fn drop(&mut self) {
-        if let Some(path) = &self.path {
-            let _ = std::fs::remove_file(path);
+        if self.named {
+            let _ = std::fs::remove_file(&self.path);
         }
     }
 }
@@ -99,14 +101,11 @@ impl Spill {
                 .map_err(|e| spill.error(&path, "create", e))?;
             // Unlinked at once where an open file outlives its name (Unix): the space is
             // freed when the file is closed, even by a crash.
-            let path = if cfg!(unix) && std::fs::remove_file(&path).is_ok() {
-                None
-            } else {
-                Some(path)
-            };
+            let named = !(cfg!(unix) && std::fs::remove_file(&path).is_ok());
             spill.buckets.push(Bucket {
                 file,
                 path,
+                named,
                 pending: Vec::new(),
                 len: 0,
             });
@@ -126,11 +125,7 @@ impl Spill {
     }
 
     fn bucket_error(&self, bucket: usize, doing: &str, e: std::io::Error) -> IndexError {
-        let path = self.buckets[bucket]
-            .path
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(format!("<spill bucket {bucket}>")));
-        self.error(&path, doing, e)
+        self.error(&self.buckets[bucket].path, doing, e)
     }
 
     fn corrupt(&self, bucket: usize, what: String) -> IndexError {

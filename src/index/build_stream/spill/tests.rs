@@ -100,26 +100,22 @@ fn a_bucket_whose_file_changed_is_refused() {
     spill.push(1, 7, &[1, 2, 3]).unwrap();
     spill.push(3, 8, &[4, 5, 6]).unwrap();
     spill.flush().unwrap();
-    // Partition 3's row written into bucket 0's file, then half a record.
-    (&spill.buckets[0].file)
-        .write_all(&{
-            let mut r = 3u32.to_le_bytes().to_vec();
-            r.extend_from_slice(&[0; 11]);
-            r
-        })
-        .unwrap();
-    spill.buckets[0].len += 15;
-    let err = spill
-        .read_bucket(0, 64, |_, _, _| Ok(()))
-        .unwrap_err()
-        .to_string();
+    // Bytes written behind the spill's back into bucket `b`; the error reading it back.
+    let mut tamper = |b: usize, bytes: &[u8]| {
+        (&spill.buckets[b].file).write_all(bytes).unwrap();
+        spill.buckets[b].len += bytes.len() as u64;
+        spill
+            .read_bucket(b, 64, |_, _, _| Ok(()))
+            .unwrap_err()
+            .to_string()
+    };
+    // A row of partition 3 in bucket 0 (partitions 0 and 1).
+    let mut row = 3u32.to_le_bytes().to_vec();
+    row.extend_from_slice(&[0; 11]);
+    let err = tamper(0, &row);
     assert!(err.contains("partition 3"), "{err}");
-    (&spill.buckets[1].file).write_all(&[0; 5]).unwrap();
-    spill.buckets[1].len += 5;
-    let err = spill
-        .read_bucket(1, 64, |_, _, _| Ok(()))
-        .unwrap_err()
-        .to_string();
+    // Half a record.
+    let err = tamper(1, &[0; 5]);
     assert!(err.contains("not whole records"), "{err}");
 }
 
