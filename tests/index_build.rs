@@ -218,6 +218,48 @@ async fn a_streamed_build_writes_the_files_of_an_in_memory_build() {
     }
 }
 
+/// Spill files of several partitions each, and a group that begins inside one: 40
+/// partitions and a budget whose groups are about half the segment (its buckets, about an
+/// eighth of a group each, then hold four partitions).
+#[tokio::test]
+async fn a_streamed_build_with_several_partitions_per_spill_file_writes_the_same_file() {
+    let snap = table().await;
+    let opts = |budget| BuildOptions {
+        metric: Metric::L2,
+        num_partitions: Some(40),
+        sample_size: None,
+        memory_budget_bytes: budget,
+    };
+    let build = |name: &'static str, budget| {
+        let opts = opts(budget);
+        let snap = &snap;
+        async move {
+            optimize::build(
+                snap,
+                name,
+                "emb",
+                IndexKind::IvfFlat,
+                &opts,
+                &Progress::none(),
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let whole = build("whole", None).await;
+    let streamed = build("streamed", Some(400 * 1024)).await;
+    assert!(
+        streamed.stats.streamed && streamed.stats.groups >= 2,
+        "{:?}",
+        streamed.stats
+    );
+    assert_eq!(whole.def.num_partitions, 40);
+    assert!(
+        file(&snap, &whole.segment.file).await == file(&snap, &streamed.segment.file).await,
+        "the segment files differ"
+    );
+}
+
 #[tokio::test]
 async fn a_streamed_build_holds_no_more_than_its_budget() {
     let snap = table().await;
@@ -287,7 +329,7 @@ async fn streamed_and_in_memory_indexes_answer_knn_alike() {
 }
 
 #[tokio::test]
-async fn a_zero_budget_streams_in_a_bounded_number_of_passes() {
+async fn a_zero_budget_streams_in_a_bounded_number_of_groups() {
     // `fragvec.index_cache_bytes = 0` means "cache nothing"; a build must not then read the
     // column once per row.
     let snap = table().await;

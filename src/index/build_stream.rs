@@ -50,6 +50,7 @@ use super::build::{self, LiveRows};
 use super::distance::Metric;
 use super::error::{IndexError, Result};
 use super::ivf::IvfModel;
+use super::parallel::cores;
 use super::sample::BottomK;
 use super::segment::SegmentEncoder;
 use super::segment::groups::{Block, Slice, plan_groups};
@@ -373,12 +374,14 @@ impl Scan<'_> {
                     sizes[p as usize] += 1;
                     spill.push(p, *addr, &payload[j * row_width..(j + 1) * row_width])?;
                 }
-                // The batch, its prepared copy, the assignment scratch and the payloads.
+                // The batch, its prepared copy, the assignment scratch, the payloads, and
+                // each core's copy of the centroids in the AVX-512 tile's pairs.
                 held.touch(
                     batch_bytes(&batch)
                         + batch.values.len() * 4
                         + batch.addrs.len() * 12
-                        + payload.capacity(),
+                        + payload.capacity()
+                        + model.centroids.len() * 4 * cores(),
                 );
                 assigning.advance(batch.addrs.len() as u64);
                 Ok::<_, IndexError>(())
@@ -469,7 +472,6 @@ impl SegmentWriter<'_> {
             return Ok(Vec::new());
         };
         let (first, last) = (first.partition, last.partition);
-        let index = self.scan.req.index;
         // Per partition of the group: which slice takes its addresses, which its payload.
         let mut slices = vec![[None, None]; last - first + 1];
         for (i, s) in group.iter().enumerate() {
@@ -506,12 +508,18 @@ impl SegmentWriter<'_> {
                     Ok(())
                 })?;
         }
-        let complete = group
+        if let Some((s, b)) = group
             .iter()
             .zip(&buffers)
-            .all(|(s, b)| b.len() as u64 == s.bytes(self.row_width));
-        if !complete {
-            return Err(changed(index));
+            .find(|(s, b)| b.len() as u64 != s.bytes(self.row_width))
+        {
+            return Err(self.scan.build_error(format!(
+                "the spilled rows of partition {} gave {} bytes of its {:?} block, not {}",
+                s.partition,
+                b.len(),
+                s.block,
+                s.bytes(self.row_width)
+            )));
         }
         Ok(buffers)
     }

@@ -25,6 +25,10 @@ use crate::index::error::{IndexError, Result};
 /// Bytes of a record before its payload: the partition (`u32`) and the row address (`u64`).
 pub const RECORD_HEADER_BYTES: usize = 12;
 
+/// Fewest bytes a spill file is written or read in at once, whatever the budget (a budget
+/// of 0 must not make a system call per row).
+pub const MIN_IO_BYTES: usize = 4096;
+
 /// Rows of a streaming build, bucketed by partition, in temporary files.
 pub struct Spill {
     index: String,
@@ -41,8 +45,8 @@ struct Bucket {
     file: File,
     /// The name the file was created with (for errors).
     path: PathBuf,
-    /// Whether the name is still in the directory (not unlinked at creation).
-    named: bool,
+    /// Whether the name is still in the directory (it could not be unlinked at creation).
+    remove_on_drop: bool,
     pending: Vec<u8>,
     /// Bytes written to the file.
     len: u64,
@@ -50,7 +54,7 @@ struct Bucket {
 
 impl Drop for Bucket {
     fn drop(&mut self) {
-        if self.named {
+        if self.remove_on_drop {
             let _ = std::fs::remove_file(&self.path);
         }
     }
@@ -69,7 +73,8 @@ pub fn bucket_count(partitions: usize, total_bytes: u64, bucket_bytes: u64, most
 
 impl Spill {
     /// Creates `buckets` files in `dir` for the rows of `partitions` partitions whose
-    /// payloads are `row_width` bytes, each buffering about `buffer_bytes` before it writes.
+    /// payloads are `row_width` bytes, each buffering about `buffer_bytes` (at least
+    /// [`MIN_IO_BYTES`]) before it writes.
     pub fn create(
         index: &str,
         dir: &Path,
@@ -88,7 +93,7 @@ impl Spill {
             partitions,
             partitions_per_bucket,
             row_width,
-            buffer_bytes: buffer_bytes.max(RECORD_HEADER_BYTES + row_width),
+            buffer_bytes: buffer_bytes.max(MIN_IO_BYTES),
             records: 0,
         };
         for b in 0..count {
@@ -101,12 +106,14 @@ impl Spill {
                 .map_err(|e| spill.error(&path, "create", e))?;
             // Unlinked at once where an open file outlives its name (Unix): the space is
             // freed when the file is closed, even by a crash.
-            let named = !(cfg!(unix) && std::fs::remove_file(&path).is_ok());
+            let remove_on_drop = !(cfg!(unix) && std::fs::remove_file(&path).is_ok());
             spill.buckets.push(Bucket {
                 file,
                 path,
-                named,
-                pending: Vec::new(),
+                remove_on_drop,
+                // Flushed once it reaches `buffer_bytes`, so one more record never makes it
+                // grow (its capacity is what `buffer_bytes()` counts).
+                pending: Vec::with_capacity(spill.buffer_bytes + spill.record_bytes()),
                 len: 0,
             });
         }
@@ -131,7 +138,10 @@ impl Spill {
     fn corrupt(&self, bucket: usize, what: String) -> IndexError {
         IndexError::Build {
             index: self.index.clone(),
-            reason: format!("spill bucket {bucket} changed under the build: {what}"),
+            reason: format!(
+                "the temporary file {} changed under the build: {what}",
+                self.buckets[bucket].path.display()
+            ),
         }
     }
 
@@ -216,7 +226,8 @@ impl Spill {
     }
 
     /// Calls `each(partition, address, payload)` for every record of `bucket`, in the order
-    /// they were appended, reading about `chunk_bytes` at a time (after [`Spill::flush`]).
+    /// they were appended, reading about `chunk_bytes` (at least [`MIN_IO_BYTES`]) at a time
+    /// (after [`Spill::flush`]).
     pub fn read_bucket(
         &self,
         bucket: usize,
@@ -225,15 +236,23 @@ impl Spill {
     ) -> Result<()> {
         let record = self.record_bytes();
         let len = self.buckets[bucket].len;
-        if len % record as u64 != 0 {
+        if !len.is_multiple_of(record as u64) {
             return Err(self.corrupt(bucket, format!("{len} bytes, not whole records")));
+        }
+        let on_disk = self.buckets[bucket]
+            .file
+            .metadata()
+            .map_err(|e| self.bucket_error(bucket, "read", e))?
+            .len();
+        if on_disk != len {
+            return Err(self.corrupt(bucket, format!("{on_disk} bytes, {len} written")));
         }
         let partitions = self.partitions_per_bucket * bucket
             ..(self.partitions_per_bucket * (bucket + 1)).min(self.partitions);
         let mut file = &self.buckets[bucket].file;
         file.seek(SeekFrom::Start(0))
             .map_err(|e| self.bucket_error(bucket, "read", e))?;
-        let per_chunk = (chunk_bytes / record).max(1);
+        let per_chunk = (chunk_bytes.max(MIN_IO_BYTES) / record).max(1);
         let mut chunk = vec![0u8; per_chunk * record];
         let mut left = len;
         while left > 0 {

@@ -117,6 +117,14 @@ fn a_bucket_whose_file_changed_is_refused() {
     // Half a record.
     let err = tamper(1, &[0; 5]);
     assert!(err.contains("not whole records"), "{err}");
+    // Bytes the spill did not write (its count back at its one record).
+    (&spill.buckets[1].file).write_all(&[0; 10]).unwrap();
+    spill.buckets[1].len = 15;
+    let err = spill
+        .read_bucket(1, 64, |_, _, _| Ok(()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("30 bytes, 15 written"), "{err}");
 }
 
 #[test]
