@@ -117,12 +117,33 @@ async fn table() -> Snapshot {
 }
 
 fn options(metric: Metric, budget: Option<usize>, sample_size: Option<usize>) -> BuildOptions {
+    options_with(metric, budget, sample_size, BLOBS)
+}
+
+fn options_with(
+    metric: Metric,
+    budget: Option<usize>,
+    sample_size: Option<usize>,
+    partitions: usize,
+) -> BuildOptions {
     BuildOptions {
         metric,
-        num_partitions: Some(BLOBS),
+        num_partitions: Some(partitions),
         sample_size,
         memory_budget_bytes: budget,
     }
+}
+
+/// Builds index `name` of `kind` on column `emb` of `snap` (uncommitted).
+async fn build_index(
+    snap: &Snapshot,
+    name: &str,
+    kind: IndexKind,
+    opts: &BuildOptions,
+) -> BuiltIndex {
+    optimize::build(snap, name, "emb", kind, opts, &Progress::none())
+        .await
+        .unwrap()
 }
 
 async fn file(snap: &Snapshot, relative: &str) -> Vec<u8> {
@@ -140,17 +161,20 @@ async fn build_both(
     sample_size: Option<usize>,
     budget: usize,
 ) -> (BuiltIndex, BuiltIndex) {
-    let build = |name: &'static str, budget| {
-        let opts = options(metric, budget, sample_size);
-        let kind = kind.clone();
-        async move {
-            optimize::build(snap, name, "emb", kind, &opts, &Progress::none())
-                .await
-                .unwrap()
-        }
-    };
-    let whole = build("whole", None).await;
-    let streamed = build("streamed", Some(budget)).await;
+    let whole = build_index(
+        snap,
+        "whole",
+        kind.clone(),
+        &options(metric, None, sample_size),
+    )
+    .await;
+    let streamed = build_index(
+        snap,
+        "streamed",
+        kind,
+        &options(metric, Some(budget), sample_size),
+    )
+    .await;
     assert!(!whole.stats.streamed, "{:?}", whole.stats);
     assert!(streamed.stats.streamed, "{:?}", streamed.stats);
     assert!(streamed.stats.groups >= 2, "{:?}", streamed.stats);
@@ -224,30 +248,15 @@ async fn a_streamed_build_writes_the_files_of_an_in_memory_build() {
 #[tokio::test]
 async fn a_streamed_build_with_several_partitions_per_spill_file_writes_the_same_file() {
     let snap = table().await;
-    let opts = |budget| BuildOptions {
-        metric: Metric::L2,
-        num_partitions: Some(40),
-        sample_size: None,
-        memory_budget_bytes: budget,
-    };
-    let build = |name: &'static str, budget| {
-        let opts = opts(budget);
-        let snap = &snap;
-        async move {
-            optimize::build(
-                snap,
-                name,
-                "emb",
-                IndexKind::IvfFlat,
-                &opts,
-                &Progress::none(),
-            )
-            .await
-            .unwrap()
-        }
-    };
-    let whole = build("whole", None).await;
-    let streamed = build("streamed", Some(400 * 1024)).await;
+    let opts = |budget| options_with(Metric::L2, budget, None, 40);
+    let whole = build_index(&snap, "whole", IndexKind::IvfFlat, &opts(None)).await;
+    let streamed = build_index(
+        &snap,
+        "streamed",
+        IndexKind::IvfFlat,
+        &opts(Some(400 * 1024)),
+    )
+    .await;
     assert!(
         streamed.stats.streamed && streamed.stats.groups >= 2,
         "{:?}",
