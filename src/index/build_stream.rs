@@ -50,6 +50,7 @@ use super::build::{self, LiveRows};
 use super::distance::Metric;
 use super::error::{IndexError, Result};
 use super::ivf::IvfModel;
+use super::nearest::CentroidTable;
 use super::parallel::cores;
 use super::sample::BottomK;
 use super::segment::SegmentEncoder;
@@ -375,13 +376,13 @@ impl Scan<'_> {
                     spill.push(p, *addr, &payload[j * row_width..(j + 1) * row_width])?;
                 }
                 // The batch, its prepared copy, the assignment scratch, the payloads, and
-                // each core's copy of the centroids in the AVX-512 tile's pairs.
+                // each core's copy of the centroids in the nearest-centroid table's panels.
                 held.touch(
                     batch_bytes(&batch)
                         + batch.values.len() * 4
                         + batch.addrs.len() * 12
                         + payload.capacity()
-                        + model.centroids.len() * 4 * cores(),
+                        + CentroidTable::bytes_for(model.partitions(), model.dim) * cores(),
                 );
                 assigning.advance(batch.addrs.len() as u64);
                 Ok::<_, IndexError>(())
