@@ -267,7 +267,7 @@ fn offer(best: &mut Best, c: usize, score: f32) {
 
 /// The tile in plain Rust: the definition the vector paths reproduce bit for bit.
 mod portable {
-    use super::{offer, Best, PANEL};
+    use super::{Best, PANEL, offer};
 
     /// Offers the `V` panels at `panels` (first centroid `base`, norms `norms`) to each of the
     /// `R` rows `xs` (`R × dim`), each panel's slots in increasing order.
@@ -302,10 +302,10 @@ mod portable {
 /// [`portable::tile`] with AVX2 + FMA: a panel is two registers.
 mod avx2 {
     use std::arch::x86_64::{
-        __m256, _mm256_add_ps, _mm256_castps256_ps128, _mm256_cmp_ps, _mm256_extractf128_ps,
+        __m256, _CMP_EQ_OQ, _mm_cvtss_f32, _mm_min_ps, _mm_movehl_ps, _mm_shuffle_ps,
+        _mm256_add_ps, _mm256_castps256_ps128, _mm256_cmp_ps, _mm256_extractf128_ps,
         _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_min_ps, _mm256_movemask_ps, _mm256_set1_ps,
-        _mm256_setzero_ps, _mm256_storeu_ps, _mm256_sub_ps, _mm_cvtss_f32, _mm_min_ps,
-        _mm_movehl_ps, _mm_shuffle_ps, _CMP_EQ_OQ,
+        _mm256_setzero_ps, _mm256_storeu_ps, _mm256_sub_ps,
     };
 
     use super::{Best, PANEL};
@@ -379,9 +379,9 @@ mod avx2 {
 /// [`portable::tile`] with AVX-512: a panel is one register.
 mod avx512 {
     use std::arch::x86_64::{
-        __m512, _mm512_add_ps, _mm512_cmp_ps_mask, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_min_ps,
-        _mm512_reduce_min_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm512_storeu_ps, _mm512_sub_ps,
-        _CMP_EQ_OQ,
+        __m512, _CMP_EQ_OQ, _mm512_add_ps, _mm512_cmp_ps_mask, _mm512_fmadd_ps, _mm512_loadu_ps,
+        _mm512_min_ps, _mm512_reduce_min_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm512_storeu_ps,
+        _mm512_sub_ps,
     };
 
     use super::{Best, PANEL};
