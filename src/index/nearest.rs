@@ -60,7 +60,7 @@ pub struct CentroidTable {
 
 impl CentroidTable {
     pub fn new(centroids: &[f32], dim: usize) -> Self {
-        let len = if dim == 0 { 0 } else { centroids.len() / dim };
+        let len = centroids.len().checked_div(dim).unwrap_or(0);
         let slots = len.div_ceil(PANEL) * PANEL;
         let mut norms = vec![f32::INFINITY; slots];
         let mut panels = vec![0f32; slots * dim];
