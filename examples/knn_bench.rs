@@ -61,6 +61,10 @@ struct Args {
     /// Query the database a `--keep` run left (no load, no index build) when it exists.
     #[arg(long)]
     reuse: bool,
+    /// Also time each phase of the `SessionContext::sql` path (parse, logical plan, analyze
+    /// and optimize, physical plan, execute), p50 over the queries, to stderr.
+    #[arg(long)]
+    plan_phases: bool,
 }
 
 /// A little-endian `.npy` array (version 1–3, C order): its shape and raw element bytes.
@@ -213,6 +217,8 @@ enum FrontEnd {
     Session,
     /// Plain `SessionContext::sql` on the context fragvec registered into.
     Context,
+    /// The same, with the query vector in pgvector's text form `'[...]'`.
+    ContextText,
 }
 
 async fn run_queries(
@@ -230,16 +236,19 @@ async fn run_queries(
             } else {
                 String::new()
             };
-            format!(
-                "SELECT id FROM items {filter}ORDER BY l2_distance(emb, {}) LIMIT {K}",
-                literal(&work.queries[i])
-            )
+            let vector = match front {
+                FrontEnd::ContextText => format!("'{}'", literal(&work.queries[i])),
+                FrontEnd::Session | FrontEnd::Context => literal(&work.queries[i]),
+            };
+            format!("SELECT id FROM items {filter}ORDER BY l2_distance(emb, {vector}) LIMIT {K}")
         })
         .collect();
     let run_one = async |sql: &str| -> Result<Vec<i64>> {
         Ok(match front {
             FrontEnd::Session => ids(&session.sql_one(sql).await?.batches),
-            FrontEnd::Context => ids(&session.context().sql(sql).await?.collect().await?),
+            FrontEnd::Context | FrontEnd::ContextText => {
+                ids(&session.context().sql(sql).await?.collect().await?)
+            }
         })
     };
     for s in &sql {
@@ -381,6 +390,13 @@ async fn main() -> Result<()> {
     session.sql("SET fragvec.nprobes = 16").await?;
     let m = run_queries(&session, &work, false, usize::MAX, FrontEnd::Context).await?;
     report.queries("ivf via SessionContext::sql", Some(16), &m);
+    let m = run_queries(&session, &work, false, usize::MAX, FrontEnd::ContextText).await?;
+    report.queries("ivf via SessionContext::sql, text", Some(16), &m);
+    if args.plan_phases {
+        for text in [false, true] {
+            plan_phases(&session, &work, text).await?;
+        }
+    }
     if args.exact_queries > 0 {
         session.sql("SET fragvec.exact = true").await?;
         let m = run_queries(
@@ -457,5 +473,56 @@ async fn load_and_index(
     report.value("index build (IVF_FLAT)", t.elapsed().as_secs_f64(), "s");
     session.clear_progress();
     report.value("peak RSS after build", memory().0 as f64 / 1e6, "MB");
+    Ok(())
+}
+
+/// Times each phase of `SessionContext::sql` + `collect` separately, as DataFusion runs them,
+/// and prints each phase's p50 over the queries (to stderr): where the embedding path's time
+/// goes next to the session's. `text`: the vector in pgvector's text form.
+async fn plan_phases(session: &FragvecSession, work: &Workload, text: bool) -> Result<()> {
+    let names = [
+        "parse",
+        "logical plan",
+        "analyze + optimize",
+        "physical plan",
+        "execute",
+    ];
+    let mut times: Vec<Vec<Duration>> = vec![vec![]; names.len()];
+    for q in &work.queries {
+        let vector = if text {
+            format!("'{}'", literal(q))
+        } else {
+            literal(q)
+        };
+        let sql = format!("SELECT id FROM items ORDER BY l2_distance(emb, {vector}) LIMIT {K}");
+        let state = session.context().state();
+        let dialect = state.config().options().sql_parser.dialect;
+        let mut t = Instant::now();
+        let mut lap = |phase: usize, t: &mut Instant| {
+            times[phase].push(t.elapsed());
+            *t = Instant::now();
+        };
+        let statement = state.sql_to_statement(&sql, &dialect)?;
+        lap(0, &mut t);
+        let logical = state.statement_to_plan(statement).await?;
+        lap(1, &mut t);
+        let optimized = state.optimize(&logical)?;
+        lap(2, &mut t);
+        let physical = state
+            .query_planner()
+            .create_physical_plan(&optimized, &state)
+            .await?;
+        lap(3, &mut t);
+        datafusion::physical_plan::collect(physical, state.task_ctx()).await?;
+        lap(4, &mut t);
+    }
+    for (name, mut lat) in names.iter().zip(times) {
+        lat.sort();
+        eprintln!(
+            "  SessionContext::sql{} phase {name:<20} p50 {:>8.3} ms",
+            if text { ", text" } else { "" },
+            percentile(&lat, 0.5).as_secs_f64() * 1e3
+        );
+    }
     Ok(())
 }

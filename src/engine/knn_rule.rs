@@ -220,7 +220,8 @@ fn vector_column(expr: &Arc<dyn PhysicalExpr>) -> Option<&Column> {
     inner.downcast_ref::<Column>()
 }
 
-/// Evaluates an expression without column references to a vector of `f32`.
+/// Evaluates an expression without column references to a vector of `f32` (a list, or a
+/// pgvector text literal).
 fn constant_vector(expr: &Arc<dyn PhysicalExpr>) -> Result<Option<Vec<f32>>> {
     let mut has_columns = false;
     expr.apply(|e| {
@@ -235,6 +236,11 @@ fn constant_vector(expr: &Arc<dyn PhysicalExpr>) -> Result<Option<Vec<f32>>> {
         Ok(ColumnarValue::Scalar(s)) => s,
         _ => return Ok(None),
     };
+    if let Some(text) = value.try_as_str() {
+        // A pgvector text literal (through `SessionContext::sql`); text that is not a
+        // vector is the distance function's error to report, when it runs.
+        return Ok(text.and_then(super::udf::vector_from_text));
+    }
     let array = match value {
         ScalarValue::List(a) if !a.is_null(0) => a.value(0),
         ScalarValue::LargeList(a) if !a.is_null(0) => a.value(0),

@@ -3,7 +3,10 @@
 //!
 //! They take `VECTOR(n)` columns as they are and coerce only the other argument (an array
 //! literal `[0.1, ...]` arrives as `List<Float64>` and becomes `List<Float32>` once, at plan
-//! time), so no column is cast per row. NULL in gives NULL out, and so does a zero vector
+//! time), so no column is cast per row. pgvector's text form `'[0.1, ...]'` is read as a vector
+//! too: the front end turns it into an array literal, and through plain `SessionContext::sql`
+//! it reaches the function as text, parsed once per batch (one string is far cheaper for
+//! DataFusion to plan than hundreds of numeric literals). NULL in gives NULL out, and so does a zero vector
 //! under `cosine_distance` (its angle is undefined). Vectors of different dimensions are an
 //! error naming both. Results are `Float32`.
 //!
@@ -20,8 +23,9 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::{DataType, Field, Float32Type};
 use datafusion::common::{Result, ScalarValue, exec_err, internal_err, plan_err};
+use datafusion::logical_expr::simplify::{ExprSimplifyResult, SimplifyContext};
 use datafusion::logical_expr::{
-    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+    ColumnarValue, Expr, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 use datafusion::prelude::SessionContext;
 
@@ -147,6 +151,20 @@ fn fixed_dim(dt: &DataType) -> Option<i32> {
     }
 }
 
+fn is_text(dt: &DataType) -> bool {
+    matches!(
+        dt,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    )
+}
+
+/// The `f32` vector a pgvector text literal spells: parsed as `f64`, then rounded, as an array
+/// literal `[...]` is (`List<Float64>` cast to `Float32`), so both spellings give the same bits.
+pub fn vector_from_text(text: &str) -> Option<Vec<f32>> {
+    crate::sql::vector_syntax::parse_vector_text(text)
+        .map(|values| values.into_iter().map(|v| v as f32).collect())
+}
+
 fn is_list(dt: &DataType) -> bool {
     matches!(dt, DataType::List(f) | DataType::LargeList(f) if f.data_type().is_numeric() || f.data_type().is_null())
 }
@@ -187,6 +205,8 @@ impl ScalarUDFImpl for DistanceUdf {
                 Ok(DataType::FixedSizeList(f32_item(), n))
             } else if is_list(t) || t.is_null() {
                 Ok(DataType::List(f32_item()))
+            } else if is_text(t) {
+                Ok(t.clone())
             } else {
                 plan_err!(
                     "{} takes vectors (VECTOR(n) or numeric arrays), got {t}",
@@ -195,6 +215,21 @@ impl ScalarUDFImpl for DistanceUdf {
             }
         };
         Ok(vec![coerce(a)?, coerce(b)?])
+    }
+
+    /// Text literals are checked here, at plan time, so a query with one that is not a vector
+    /// fails before it reads anything; they stay text (a string is cheaper for DataFusion to
+    /// carry through planning than a list of hundreds of numbers) and are parsed when run.
+    fn simplify(&self, args: Vec<Expr>, _info: &SimplifyContext) -> Result<ExprSimplifyResult> {
+        for arg in &args {
+            if let Expr::Literal(value, _) = arg
+                && let Some(Some(text)) = value.try_as_str()
+                && vector_from_text(text).is_none()
+            {
+                return plan_err!("{}", not_a_vector(text, self.name()));
+            }
+        }
+        Ok(ExprSimplifyResult::Original(args))
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
@@ -237,6 +272,8 @@ impl ScalarUDFImpl for DistanceUdf {
 /// One argument: a column of vectors or one vector for every row.
 enum VectorArg {
     Scalar(Option<Vec<f32>>),
+    /// Text parsed row by row (`None`: a NULL).
+    Text(Vec<Option<Vec<f32>>>),
     Fixed(FixedSizeListArray),
     List(GenericListArray<i32>),
     LargeList(GenericListArray<i64>),
@@ -249,6 +286,9 @@ impl VectorArg {
                 if s.is_null() {
                     return Ok(VectorArg::Scalar(None));
                 }
+                if let Some(text) = s.try_as_str().flatten() {
+                    return Ok(VectorArg::Scalar(Some(parse_text(text, name)?)));
+                }
                 let array = s.to_array()?;
                 let arg = Self::from_array(&array, name)?;
                 Ok(VectorArg::Scalar(arg.get(0).map(|v| v.to_vec())))
@@ -258,6 +298,15 @@ impl VectorArg {
     }
 
     fn from_array(array: &ArrayRef, name: &str) -> Result<Self> {
+        if is_text(array.data_type()) {
+            let text = datafusion::arrow::compute::cast(array, &DataType::Utf8)?;
+            return text
+                .as_string::<i32>()
+                .iter()
+                .map(|t| t.map(|t| parse_text(t, name)).transpose())
+                .collect::<Result<_>>()
+                .map(VectorArg::Text);
+        }
         let f32_values = |values: &ArrayRef| values.data_type() == &DataType::Float32;
         match array.data_type() {
             DataType::FixedSizeList(..) if f32_values(array.as_fixed_size_list().values()) => {
@@ -277,6 +326,7 @@ impl VectorArg {
     fn get(&self, i: usize) -> Option<&[f32]> {
         match self {
             VectorArg::Scalar(v) => v.as_deref(),
+            VectorArg::Text(rows) => rows[i].as_deref(),
             VectorArg::Fixed(a) => {
                 if a.is_null(i) {
                     return None;
@@ -293,6 +343,22 @@ impl VectorArg {
             VectorArg::LargeList(a) => list_slice(a, i),
         }
     }
+}
+
+/// A text argument as a vector, or an error quoting (the start of) the text.
+fn parse_text(text: &str, name: &str) -> Result<Vec<f32>> {
+    vector_from_text(text)
+        .ok_or_else(|| datafusion::common::exec_datafusion_err!("{}", not_a_vector(text, name)))
+}
+
+/// Why `text` is refused, quoting its start.
+fn not_a_vector(text: &str, name: &str) -> String {
+    let shown: String = text.chars().take(40).collect();
+    let more = if shown.len() < text.len() { "..." } else { "" };
+    format!(
+        "{name}: '{shown}{more}' is not a vector (pgvector's text form is '[x, y, ...]', finite \
+         numbers)"
+    )
 }
 
 #[inline]
