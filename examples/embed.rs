@@ -36,6 +36,15 @@ async fn main() -> Result<()> {
         .collect();
     assert_eq!(ids, vec![1, 2]);
 
+    // Nearest neighbours through the context: the query vector in pgvector's text form is
+    // one string for DataFusion to plan (an array literal is one expression per number).
+    let nearest = ctx
+        .sql("SELECT id FROM docs ORDER BY l2_distance(emb, '[0.3, 0.2, 0.0]') LIMIT 1")
+        .await?
+        .collect()
+        .await?;
+    assert_eq!(nearest[0].column(0).as_primitive::<Int64Type>().value(0), 2);
+
     // Every version stays readable.
     let before = fragvec
         .sql_one("SELECT title FROM docs VERSION AS OF 2 WHERE id = 1")
