@@ -6,8 +6,8 @@
 //! time), so no column is cast per row. pgvector's text form `'[0.1, ...]'` is read as a vector
 //! too: the front end turns it into an array literal, and through plain `SessionContext::sql`
 //! it reaches the function as text, parsed once per batch (one string is far cheaper for
-//! DataFusion to plan than hundreds of numeric literals). NULL in gives NULL out, and so does a zero vector
-//! under `cosine_distance` (its angle is undefined). Vectors of different dimensions are an
+//! DataFusion to plan than hundreds of numeric literals). NULL in gives NULL out, and so does
+//! a zero vector under `cosine_distance` (its angle is undefined). Vectors of different dimensions are an
 //! error naming both. Results are `Float32`.
 //!
 //! `cosine_distance` and `inner_product` (and their aliases) are also DataFusion built-ins over
