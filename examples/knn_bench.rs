@@ -203,6 +203,17 @@ fn literal(q: &[f32]) -> String {
     format!("[{}]", parts.join(","))
 }
 
+/// The benchmark's KNN query for `q` (`filter`: empty or `WHERE ... `), the vector as an
+/// array literal or, with `text`, in pgvector's text form `'[...]'`.
+fn knn_sql(q: &[f32], filter: &str, text: bool) -> String {
+    let vector = if text {
+        format!("'{}'", literal(q))
+    } else {
+        literal(q)
+    };
+    format!("SELECT id FROM items {filter}ORDER BY l2_distance(emb, {vector}) LIMIT {K}")
+}
+
 fn ids(batches: &[RecordBatch]) -> Vec<i64> {
     batches
         .iter()
@@ -236,11 +247,11 @@ async fn run_queries(
             } else {
                 String::new()
             };
-            let vector = match front {
-                FrontEnd::ContextText => format!("'{}'", literal(&work.queries[i])),
-                FrontEnd::Session | FrontEnd::Context => literal(&work.queries[i]),
-            };
-            format!("SELECT id FROM items {filter}ORDER BY l2_distance(emb, {vector}) LIMIT {K}")
+            knn_sql(
+                &work.queries[i],
+                &filter,
+                matches!(front, FrontEnd::ContextText),
+            )
         })
         .collect();
     let run_one = async |sql: &str| -> Result<Vec<i64>> {
@@ -489,12 +500,7 @@ async fn plan_phases(session: &FragvecSession, work: &Workload, text: bool) -> R
     ];
     let mut times: Vec<Vec<Duration>> = vec![vec![]; names.len()];
     for q in &work.queries {
-        let vector = if text {
-            format!("'{}'", literal(q))
-        } else {
-            literal(q)
-        };
-        let sql = format!("SELECT id FROM items ORDER BY l2_distance(emb, {vector}) LIMIT {K}");
+        let sql = knn_sql(q, "", text);
         let state = session.context().state();
         let dialect = state.config().options().sql_parser.dialect;
         let mut t = Instant::now();

@@ -239,7 +239,7 @@ fn constant_vector(expr: &Arc<dyn PhysicalExpr>) -> Result<Option<Vec<f32>>> {
     if let Some(text) = value.try_as_str() {
         // A pgvector text literal (through `SessionContext::sql`); text that is not a
         // vector is the distance function's error to report, when it runs.
-        return Ok(text.and_then(super::udf::vector_from_text));
+        return Ok(text.and_then(super::udf::f32_vector_of_text));
     }
     let array = match value {
         ScalarValue::List(a) if !a.is_null(0) => a.value(0),

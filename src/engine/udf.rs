@@ -160,7 +160,7 @@ fn is_text(dt: &DataType) -> bool {
 
 /// The `f32` vector a pgvector text literal spells: parsed as `f64`, then rounded, as an array
 /// literal `[...]` is (`List<Float64>` cast to `Float32`), so both spellings give the same bits.
-pub fn vector_from_text(text: &str) -> Option<Vec<f32>> {
+pub fn f32_vector_of_text(text: &str) -> Option<Vec<f32>> {
     crate::sql::vector_syntax::parse_vector_text(text)
         .map(|values| values.into_iter().map(|v| v as f32).collect())
 }
@@ -224,7 +224,7 @@ impl ScalarUDFImpl for DistanceUdf {
         for arg in &args {
             if let Expr::Literal(value, _) = arg
                 && let Some(Some(text)) = value.try_as_str()
-                && vector_from_text(text).is_none()
+                && f32_vector_of_text(text).is_none()
             {
                 return plan_err!("{}", not_a_vector(text, self.name()));
             }
@@ -347,7 +347,7 @@ impl VectorArg {
 
 /// A text argument as a vector, or an error quoting (the start of) the text.
 fn parse_text(text: &str, name: &str) -> Result<Vec<f32>> {
-    vector_from_text(text)
+    f32_vector_of_text(text)
         .ok_or_else(|| datafusion::common::exec_datafusion_err!("{}", not_a_vector(text, name)))
 }
 
