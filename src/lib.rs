@@ -1,12 +1,14 @@
 //! fragvec: versioned fragment tables with vector search, for Apache DataFusion.
 //!
-//! Eight layers; each uses only the ones below it (`tests/layering.rs` checks this):
+//! Nine layers; each uses only the ones below it (`tests/layering.rs` checks this):
 //!
 //! ```text
-//! cli ─▶ distributed ─▶ engine ─▶ sql ─▶ rewrite ─▶ index ─▶ format ─▶ ledger
+//! cli ─▶ serve ─▶ distributed ─▶ engine ─▶ sql ─▶ rewrite ─▶ index ─▶ format ─▶ ledger
 //! ```
 //!
 //! * [`cli`]: the `fragvec` binary's shell, output formats and demo.
+//! * [`serve`]: `fragvec serve`, the PostgreSQL-protocol server: connections with sessions of
+//!   their own over one database and index cache, catalog, parameters, auth.
 //! * `distributed` (feature `distributed`): queries across machines on
 //!   datafusion-distributed: the plan codec of fragvec's operators, the planner hooks that
 //!   split scans and KNN searches into tasks, workers and the coordinator session.
@@ -36,6 +38,7 @@ pub mod format;
 pub mod index;
 pub mod ledger;
 pub mod rewrite;
+pub mod serve;
 pub mod sql;
 
 pub use engine::{FragvecSession, register};

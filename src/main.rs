@@ -23,6 +23,9 @@ async fn run(cli: Cli) -> Result<(), String> {
         return fragvec::cli::worker::run(*listen, cli.db.as_deref()).await;
     }
     let session = open(&cli).await.map_err(|e| e.to_string())?;
+    if let Some(Command::Serve(args)) = &cli.command {
+        return fragvec::cli::serve::run(session, args, cli.database()).await;
+    }
     progress::install(&session, cli.progress);
     if let Some(Command::Demo) = cli.command {
         return demo::run(&session, cli.format).await;

@@ -1,5 +1,5 @@
 //! The layers' arrows point one way:
-//! `cli → distributed → engine → sql → rewrite → index → format → ledger`.
+//! `cli → serve → distributed → engine → sql → rewrite → index → format → ledger`.
 //!
 //! Reads every file under `src/` and fails when a file of one layer names a higher layer
 //! (`crate::engine` in `index`, `crate::format` in `ledger`, ...), when a layer below the
@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 
 /// Lowest first.
-const LAYERS: [&str; 8] = [
+const LAYERS: [&str; 9] = [
     "ledger",
     "format",
     "index",
@@ -19,6 +19,7 @@ const LAYERS: [&str; 8] = [
     "sql",
     "engine",
     "distributed",
+    "serve",
     "cli",
 ];
 

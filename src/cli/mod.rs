@@ -4,6 +4,7 @@ pub mod demo;
 pub mod describe;
 pub mod output;
 pub mod progress;
+pub mod serve;
 pub mod shell;
 #[cfg(feature = "distributed")]
 pub mod worker;
@@ -58,6 +59,9 @@ pub enum Command {
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: std::net::SocketAddr,
     },
+    /// Serve the database to PostgreSQL clients (psql, psycopg + pgvector, asyncpg, pools)
+    /// until SIGTERM or Ctrl-C.
+    Serve(serve::ServeArgs),
 }
 
 impl Cli {

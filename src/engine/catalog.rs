@@ -52,11 +52,18 @@ impl std::fmt::Debug for StateSource {
 
 impl FragvecSchema {
     pub async fn open(db: Database) -> Result<Self> {
+        let cache = Arc::new(IndexCache::new(FragvecOptions::default().index_cache_bytes));
+        Self::open_sharing(db, cache).await
+    }
+
+    /// The schema of `db` whose queries use `index_cache`, shared with other sessions (a
+    /// server's connections share one cache under one byte budget).
+    pub async fn open_sharing(db: Database, index_cache: Arc<IndexCache>) -> Result<Self> {
         let schema = Self {
             db,
             known: RwLock::new(vec![]),
             session_tables: RwLock::default(),
-            index_cache: Arc::new(IndexCache::new(FragvecOptions::default().index_cache_bytes)),
+            index_cache,
             views: RwLock::default(),
             state: RwLock::default(),
         };

@@ -140,6 +140,24 @@ impl FragvecSession {
     }
 
     pub async fn with_context(ctx: SessionContext, db: Database) -> Result<Self> {
+        let schema = Arc::new(FragvecSchema::open(db).await?);
+        Self::with_schema(ctx, schema).await
+    }
+
+    /// A new session on the same database sharing this session's index cache (one byte
+    /// budget for both), with state of its own: its `SET` values, session tables and kept
+    /// plans. A server opens one per connection.
+    pub async fn new_sharing(&self) -> Result<Self> {
+        let config = SessionConfig::new().with_information_schema(true);
+        let ctx = SessionContext::new_with_config(config);
+        let db = self.database().clone();
+        let schema =
+            Arc::new(FragvecSchema::open_sharing(db, self.schema.index_cache().clone()).await?);
+        Self::with_schema(ctx, schema).await
+    }
+
+    async fn with_schema(ctx: SessionContext, schema: Arc<FragvecSchema>) -> Result<Self> {
+        let db = schema.database().clone();
         {
             let state = ctx.state_ref();
             let mut state = state.write();
@@ -148,7 +166,6 @@ impl FragvecSession {
                 options.extensions.insert(FragvecOptions::default());
             }
         }
-        let schema = Arc::new(FragvecSchema::open(db.clone()).await?);
         let catalog_name = ctx.state().config_options().catalog.default_catalog.clone();
         let schema_name = ctx.state().config_options().catalog.default_schema.clone();
         let catalog = ctx

@@ -27,8 +27,8 @@ use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
     Array, ArrayElemTypeDef, BinaryOperator, DataType as SqlType, Expr, Function, FunctionArg,
-    FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident, ObjectName, UnaryOperator,
-    Value, VisitMut, VisitorMut,
+    FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident, Insert, ObjectName, SetExpr,
+    UnaryOperator, Value, VisitMut, VisitorMut,
 };
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::{Token, TokenWithSpan, Word};
@@ -224,6 +224,26 @@ fn is_float_array(data_type: &SqlType) -> bool {
             | SqlType::Double(_)
             | SqlType::DoublePrecision
     )
+}
+
+/// Turns pgvector text literals (`'[1, 2, 3]'`) in the VALUES rows of an INSERT into array
+/// literals where they go into a vector column (`is_vector(i)`: whether the `i`-th value of a
+/// row goes into one), as pgvector accepts `INSERT ... VALUES ('[1,2,3]')`. Other columns keep
+/// their strings: a TEXT column may hold `'[1,2]'` as text.
+pub fn vector_text_in_values(insert: &mut Insert, is_vector: impl Fn(usize) -> bool) {
+    let Some(source) = insert.source.as_mut() else {
+        return;
+    };
+    let SetExpr::Values(values) = source.body.as_mut() else {
+        return;
+    };
+    for row in &mut values.rows {
+        for (i, e) in row.iter_mut().enumerate() {
+            if is_vector(i) {
+                *e = vector_literal(e);
+            }
+        }
+    }
 }
 
 /// `e`, or the array literal a pgvector text literal `'[1, 2]'` spells.

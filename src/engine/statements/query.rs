@@ -57,6 +57,9 @@ pub async fn run(
     } else {
         VersionCheck::Always
     };
+    if let Some(target) = insert_target(&statement) {
+        vector_text_into_vector_columns(session, &target, &mut statement).await;
+    }
     if let Some(target) = insert_target(&statement)
         && let Ok(dir) = session.database().table(&target)
     {
@@ -389,6 +392,52 @@ fn is_query(statement: &DFStatement) -> bool {
         DFStatement::Statement(s) => matches!(s.as_ref(), Statement::Query(_)),
         DFStatement::Explain(e) => is_query(&e.statement),
         _ => false,
+    }
+}
+
+/// pgvector's `INSERT INTO t VALUES ('[1,2,3]')`: the text literals going into the target's
+/// vector columns become array literals (DataFusion has no cast from text to a vector).
+async fn vector_text_into_vector_columns(
+    session: &FragvecSession,
+    target: &str,
+    statement: &mut DFStatement,
+) {
+    let DFStatement::Statement(s) = statement else {
+        return;
+    };
+    let Statement::Insert(insert) = s.as_mut() else {
+        return;
+    };
+    let Ok(table) = session.ctx.table_provider(target).await else {
+        return;
+    };
+    let schema = table.schema();
+    let is_vector_field = |name: &str| {
+        schema
+            .field_with_name(name)
+            .is_ok_and(|f| crate::format::types::vector_dim(f.data_type()).is_some())
+    };
+    let targets: Vec<bool> = if insert.columns.is_empty() {
+        schema
+            .fields()
+            .iter()
+            .map(|f| crate::format::types::vector_dim(f.data_type()).is_some())
+            .collect()
+    } else {
+        insert
+            .columns
+            .iter()
+            .map(|c| {
+                c.0.last()
+                    .and_then(|p| p.as_ident())
+                    .is_some_and(|i| is_vector_field(&pin::normalize_ident(i)))
+            })
+            .collect()
+    };
+    if targets.iter().any(|v| *v) {
+        crate::sql::vector_syntax::vector_text_in_values(insert, |i| {
+            targets.get(i).copied().unwrap_or(false)
+        });
     }
 }
 

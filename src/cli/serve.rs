@@ -1,0 +1,113 @@
+//! `fragvec serve --db URL [--pg ADDR]`: the PostgreSQL-protocol server (see
+//! [`crate::serve`]). Prints `fragvec serve listening on postgresql://ADDR` once it accepts
+//! connections, serves until SIGTERM or Ctrl-C, then lets running statements finish (up to
+//! `--shutdown-grace`) and exits 0.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::FragvecSession;
+use crate::serve::auth::{Authentication, TlsFiles, Users};
+use crate::serve::{PgServer, PgServerConfig};
+
+/// Options of `fragvec serve`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Address of the PostgreSQL endpoint (port 0: any free port; the line printed at start
+    /// tells which).
+    #[arg(long, default_value = "127.0.0.1:5433")]
+    pub pg: SocketAddr,
+    /// Users allowed to connect, one `name:password` per line (SCRAM-SHA-256). Without it
+    /// and without FRAGVEC_PASSWORD, anyone reaching the address may connect, so only a
+    /// loopback address is allowed.
+    #[arg(long)]
+    pub users: Option<PathBuf>,
+    /// Connections served at once; more are refused (SQLSTATE 53300).
+    #[arg(long, default_value_t = 100)]
+    pub max_connections: usize,
+    /// Default statement_timeout in milliseconds (0: none); sessions may SET their own.
+    #[arg(long, default_value_t = 0)]
+    pub statement_timeout: u64,
+    /// Seconds SIGTERM waits for running statements before exiting.
+    #[arg(long, default_value_t = 30)]
+    pub shutdown_grace: u64,
+    /// TLS certificate chain (PEM); with --tls-key, clients may use sslmode=require.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
+/// The authentication `args` and the environment ask for: `--users FILE`, or
+/// `FRAGVEC_PASSWORD` for one user (`FRAGVEC_USER`, default `fragvec`).
+fn authentication(args: &ServeArgs) -> Result<Authentication, String> {
+    if let Some(path) = &args.users {
+        return Ok(Authentication::Scram(Arc::new(Users::from_file(path)?)));
+    }
+    if let Ok(password) = std::env::var("FRAGVEC_PASSWORD")
+        && !password.is_empty()
+    {
+        let user = std::env::var("FRAGVEC_USER").unwrap_or_else(|_| "fragvec".into());
+        return Ok(Authentication::Scram(Arc::new(Users::new([(
+            user, password,
+        )]))));
+    }
+    Ok(Authentication::Trust)
+}
+
+/// The database's name as clients see it: the last part of its location.
+fn database_name(location: &str) -> String {
+    let trimmed = location.trim_end_matches('/');
+    let name = trimmed.rsplit(['/', ':']).next().unwrap_or("fragvec");
+    if name.is_empty() {
+        "fragvec".into()
+    } else {
+        name.into()
+    }
+}
+
+pub async fn run(session: FragvecSession, args: &ServeArgs, location: &str) -> Result<(), String> {
+    let mut config = PgServerConfig::new(args.pg);
+    config.max_connections = args.max_connections.max(1);
+    config.statement_timeout_ms = args.statement_timeout;
+    config.shutdown_grace = Duration::from_secs(args.shutdown_grace);
+    config.authentication = authentication(args)?;
+    config.database_name = database_name(location);
+    config.tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        }),
+        _ => None,
+    };
+    let server = PgServer::bind(session, config).await?;
+    let addr = server.local_addr().map_err(|e| e.to_string())?;
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "fragvec serve listening on postgresql://{addr}");
+    let _ = out.flush();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        let _ = stop.send(true);
+    });
+    server.serve(stopped).await.map_err(|e| e.to_string())
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -1,0 +1,560 @@
+//! One client connection: its fragvec session (opened at its first statement), its
+//! transaction block and PostgreSQL settings, and pgwire's simple and extended query
+//! handlers over them.
+//!
+//! Extended protocol: Parse keeps the text and the parameter types the client gave; Bind
+//! (pgwire's) keeps the values; Describe of a portal runs the statement (its parameters are
+//! bound, so this is the statement Execute would run) and keeps the result for Execute, so
+//! the RowDescription is exactly the result's and the statement runs once. Describe of a
+//! statement, before any values, plans it with placeholders to find its parameter and result
+//! types.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::Schema;
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast::{Expr, Value, Visit, Visitor};
+use futures::{Sink, SinkExt, stream};
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{
+    DescribePortalResponse, DescribeResponse, DescribeStatementResponse, FieldFormat, FieldInfo,
+    QueryResponse, Response, Tag,
+};
+use pgwire::api::stmt::{QueryParser, StoredStatement};
+use pgwire::api::store::PortalStore;
+use pgwire::api::{ClientInfo, ClientPortalStore, DEFAULT_NAME, Type};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::extendedquery::{Parse, ParseComplete};
+use pgwire::messages::response::NoticeResponse;
+use tokio::sync::OnceCell;
+
+use super::params;
+use super::pg_catalog;
+use super::run::{Output, Runner, df_error, error_info};
+use super::settings::Settings;
+use super::sqlstate::code;
+use super::transaction::Block;
+use super::types::{self, type_of_oid};
+use crate::FragvecSession;
+use crate::sql::FragvecStatement;
+
+/// What the server shares with every connection.
+pub struct Shared {
+    /// The session new connections' sessions are made from (same database, one index cache).
+    pub root: FragvecSession,
+    /// The database's name as clients see it (`current_database()`, `\l`).
+    pub database_name: String,
+    /// The default `statement_timeout` in milliseconds (0: none).
+    pub statement_timeout_ms: u64,
+}
+
+/// A statement prepared with Parse: its text, and the parameter types this server told the
+/// client at Describe (the client encodes its values by them when it named none itself).
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub sql: Arc<str>,
+    pub described: Arc<Mutex<Vec<Type>>>,
+    /// Whether Describe told the client the statement returns no rows: its Execute may then
+    /// send none (a fragvec statement's one-row report becomes its command tag).
+    pub described_no_rows: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Prepared {
+    fn new(sql: &str) -> Self {
+        Self {
+            sql: sql.into(),
+            described: Arc::default(),
+            described_no_rows: Arc::default(),
+        }
+    }
+}
+
+/// The connection's handler.
+pub struct Connection {
+    shared: Arc<Shared>,
+    session: OnceCell<FragvecSession>,
+    block: Mutex<Block>,
+    settings: Mutex<Settings>,
+    /// Results of statements run at Describe of a portal, by portal identity, for Execute.
+    described: Mutex<HashMap<usize, Vec<Result<Output, ErrorInfo>>>>,
+}
+
+impl Connection {
+    pub fn new(shared: Arc<Shared>) -> Self {
+        let settings = Settings::new(shared.statement_timeout_ms, "fragvec");
+        Self {
+            shared,
+            session: OnceCell::new(),
+            block: Mutex::default(),
+            settings: Mutex::new(settings),
+            described: Mutex::default(),
+        }
+    }
+
+    /// The connection's session, opened at first use.
+    async fn session(&self) -> PgWireResult<&FragvecSession> {
+        self.session
+            .get_or_try_init(|| async {
+                let session = self.shared.root.new_sharing().await?;
+                let settings: Vec<(String, String)> = self
+                    .settings
+                    .lock()
+                    .expect("lock")
+                    .all()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                pg_catalog::install(&session, &self.shared.database_name, &settings)?;
+                Ok::<_, datafusion::common::DataFusionError>(session)
+            })
+            .await
+            .map_err(|e| user_error(df_error(&e)))
+    }
+
+    async fn run(&self, sql: &str) -> PgWireResult<Vec<Result<Output, ErrorInfo>>> {
+        let session = self.session().await?;
+        let runner = Runner {
+            session,
+            block: &self.block,
+            settings: &self.settings,
+        };
+        Ok(runner.run(sql).await)
+    }
+}
+
+fn user_error(e: ErrorInfo) -> PgWireError {
+    PgWireError::UserError(Box::new(e))
+}
+
+/// pgwire's response for one statement's output, its rows in the formats `binary(i)` asks.
+fn response(out: Result<Output, ErrorInfo>, binary: &dyn Fn(usize) -> bool) -> Response {
+    match out {
+        Err(e) => Response::Error(Box::new(e)),
+        Ok(Output::Command(tag)) => Response::Execution(Tag::new(&tag)),
+        Ok(Output::Control { tag, opened, .. }) => match opened {
+            Some(true) => Response::TransactionStart(Tag::new(tag)),
+            Some(false) => Response::TransactionEnd(Tag::new(tag)),
+            None => Response::Execution(Tag::new(tag)),
+        },
+        Ok(Output::Rows(result)) => {
+            let fields = Arc::new(types::fields(&result.schema, binary));
+            let mut rows = Vec::with_capacity(result.num_rows());
+            for batch in &result.batches {
+                match types::encode_rows(batch, &fields) {
+                    Ok(r) => rows.extend(r.into_iter().map(Ok)),
+                    Err(e) => {
+                        return Response::Error(Box::new(error_info(code::DATA_EXCEPTION, e)));
+                    }
+                }
+            }
+            let mut q = QueryResponse::new(fields, stream::iter(rows));
+            if result.schema.fields().len() == 1 && result.schema.field(0).name() == "plan" {
+                q.set_command_tag("EXPLAIN");
+            }
+            Response::Query(q)
+        }
+    }
+}
+
+/// Sends the warnings of control statements before their responses.
+async fn send_warnings<C>(
+    client: &mut C,
+    outputs: &mut [Result<Output, ErrorInfo>],
+) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    for out in outputs.iter_mut() {
+        if let Ok(Output::Control { warning, .. }) = out
+            && let Some(w) = warning.take()
+        {
+            client
+                .feed(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(
+                    w,
+                )))
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Connection {
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let mut outputs = self.run(query).await?;
+        send_warnings(client, &mut outputs).await?;
+        Ok(outputs
+            .into_iter()
+            .map(|o| response(o, &|_| false))
+            .collect())
+    }
+}
+
+/// Never used: [`Connection`] handles Parse itself (it keeps the client's raw type OIDs,
+/// which pgwire's parser interface turns into `Option<Type>` and loses for `vector`).
+pub struct NoParser;
+
+#[async_trait]
+impl QueryParser for NoParser {
+    type Statement = Prepared;
+
+    async fn parse_sql<C>(
+        &self,
+        _client: &C,
+        sql: &str,
+        _types: &[Option<Type>],
+    ) -> PgWireResult<Prepared>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        Ok(Prepared::new(sql))
+    }
+
+    fn get_parameter_types(&self, _stmt: &Prepared) -> PgWireResult<Vec<Type>> {
+        Ok(vec![])
+    }
+
+    fn get_result_schema(
+        &self,
+        _stmt: &Prepared,
+        _format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        Ok(vec![])
+    }
+}
+
+/// The SQL of a portal: the statement's text with the bound values spliced in.
+fn bound_sql(portal: &Portal<Prepared>) -> PgWireResult<String> {
+    let stmt = &portal.statement;
+    let mut literals = Vec::with_capacity(portal.parameters.len());
+    for (i, value) in portal.parameters.iter().enumerate() {
+        let described = stmt
+            .statement
+            .described
+            .lock()
+            .expect("lock")
+            .get(i)
+            .cloned();
+        let ty = stmt
+            .parameter_types
+            .get(i)
+            .cloned()
+            .flatten()
+            .filter(|t| *t != Type::UNKNOWN)
+            .or(described)
+            .unwrap_or(Type::UNKNOWN);
+        let format = portal.parameter_format.format_for(i);
+        let lit = params::literal(&ty, format, value.as_deref()).map_err(|e| {
+            user_error(error_info(
+                e.sqlstate,
+                format!("parameter ${}: {}", i + 1, e.message),
+            ))
+        })?;
+        literals.push(lit);
+    }
+    params::substitute(&stmt.statement.sql, &literals)
+        .map_err(|e| user_error(error_info(e.sqlstate, e.message)))
+}
+
+/// Identity of a portal (a Bind makes a new one, even under the same name).
+fn portal_key(portal: &Portal<Prepared>) -> usize {
+    Arc::as_ptr(&portal.state) as *const () as usize
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for Connection {
+    type Statement = Prepared;
+    type QueryParser = NoParser;
+
+    fn query_parser(&self) -> Arc<NoParser> {
+        Arc::new(NoParser)
+    }
+
+    async fn on_parse<C>(&self, client: &mut C, message: Parse) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let count = params::parameter_count(&message.query);
+        if count > u16::MAX as usize {
+            return Err(user_error(error_info(
+                code::PROTOCOL_VIOLATION,
+                "too many parameters",
+            )));
+        }
+        let mut parameter_types: Vec<Option<Type>> = message
+            .type_oids
+            .iter()
+            .map(|oid| type_of_oid(*oid))
+            .collect();
+        parameter_types.resize(parameter_types.len().max(count), None);
+        let name = message
+            .name
+            .clone()
+            .unwrap_or_else(|| DEFAULT_NAME.to_owned());
+        let statement = StoredStatement::new(name, Prepared::new(&message.query), parameter_types);
+        client.portal_store().put_statement(Arc::new(statement));
+        client
+            .send(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
+            .await?;
+        Ok(())
+    }
+
+    async fn do_describe_statement<C>(
+        &self,
+        _client: &mut C,
+        target: &StoredStatement<Prepared>,
+    ) -> PgWireResult<DescribeStatementResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.session().await?;
+        let (inferred, schema) = describe_unbound(session, &target.statement.sql)
+            .await
+            .map_err(user_error)?;
+        let types: Vec<Type> = target
+            .parameter_types
+            .iter()
+            .enumerate()
+            .map(|(i, given)| {
+                given
+                    .clone()
+                    .filter(|t| *t != Type::UNKNOWN)
+                    .or_else(|| inferred.get(i).cloned().flatten())
+                    .unwrap_or(Type::TEXT)
+            })
+            .collect();
+        *target.statement.described.lock().expect("lock") = types.clone();
+        let no_rows = schema.as_ref().is_none_or(|s| s.fields().is_empty());
+        target
+            .statement
+            .described_no_rows
+            .store(no_rows, std::sync::atomic::Ordering::Relaxed);
+        Ok(match schema {
+            Some(s) if !s.fields().is_empty() => {
+                DescribeStatementResponse::new(types, types::fields(&s, |_| false))
+            }
+            _ => {
+                let mut r = DescribeStatementResponse::no_data();
+                r.parameters = types;
+                r
+            }
+        })
+    }
+
+    async fn do_describe_portal<C>(
+        &self,
+        _client: &mut C,
+        portal: &Portal<Prepared>,
+    ) -> PgWireResult<DescribePortalResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let sql = bound_sql(portal)?;
+        let mut outputs = self.run(&sql).await?;
+        let described = match outputs.first() {
+            Some(Ok(Output::Rows(r))) => {
+                let binary = |i| portal.result_column_format.format_for(i) == FieldFormat::Binary;
+                DescribePortalResponse::new(types::fields(&r.schema, binary))
+            }
+            Some(Err(_)) => {
+                let Err(e) = outputs.remove(0) else {
+                    unreachable!()
+                };
+                return Err(user_error(e));
+            }
+            _ => DescribePortalResponse::no_data(),
+        };
+        self.described
+            .lock()
+            .expect("lock")
+            .insert(portal_key(portal), outputs);
+        Ok(described)
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Prepared>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let kept = self
+            .described
+            .lock()
+            .expect("lock")
+            .remove(&portal_key(portal));
+        let mut outputs = match kept {
+            Some(o) => o,
+            None => {
+                let sql = bound_sql(portal)?;
+                let mut outputs = self.run(&sql).await?;
+                if portal
+                    .statement
+                    .statement
+                    .described_no_rows
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                {
+                    for out in &mut outputs {
+                        if let Ok(Output::Rows(r)) = out {
+                            *out = Ok(Output::Command(format!("SELECT {}", r.num_rows())));
+                        }
+                    }
+                }
+                outputs
+            }
+        };
+        if outputs.len() > 1 {
+            return Err(user_error(error_info(
+                code::SYNTAX_ERROR,
+                "cannot insert multiple commands into a prepared statement",
+            )));
+        }
+        send_warnings(client, &mut outputs).await?;
+        let binary = |i| portal.result_column_format.format_for(i) == FieldFormat::Binary;
+        match outputs.pop() {
+            Some(Err(e)) => Err(user_error(e)),
+            Some(out) => Ok(response(out, &binary)),
+            None => Ok(Response::EmptyQuery),
+        }
+    }
+}
+
+/// The parameter types (where the statement tells them) and the result schema (for a query
+/// that plans with its parameters open) of a statement before any values are bound.
+async fn describe_unbound(
+    session: &FragvecSession,
+    sql: &str,
+) -> Result<(Vec<Option<Type>>, Option<Arc<Schema>>), ErrorInfo> {
+    let mut statements = match session.parse(sql) {
+        Ok(s) => s,
+        Err(e) => return Err(df_error(&e)),
+    };
+    if statements.len() != 1 {
+        return Ok((vec![], None));
+    }
+    let mut statement = statements.remove(0);
+    let vector_params = vector_parameters(&statement);
+    let mut types: Vec<Option<Type>> = vec![None; params::parameter_count(sql)];
+    for n in &vector_params {
+        if let Some(t) = types.get_mut(n - 1) {
+            *t = Some(types::vector_type());
+        }
+    }
+    if pg_catalog::prepare(session, &mut statement).await.is_err() {
+        return Ok((types, None));
+    }
+    let FragvecStatement::DataFusion(s) = statement else {
+        return Ok((types, None));
+    };
+    use datafusion::sql::sqlparser::ast::Statement;
+    // Queries (their rows) and INSERT / UPDATE / DELETE (the types of the values they take)
+    // plan without running; other statements are not planned here.
+    let is_query = matches!(s.as_ref(), DFStatement::Statement(q) if matches!(q.as_ref(), Statement::Query(_)));
+    let is_insert = matches!(s.as_ref(), DFStatement::Statement(q)
+        if matches!(q.as_ref(), Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)));
+    if !is_query && !is_insert {
+        return Ok((types, None));
+    }
+    let state = session.context().state();
+    let plan = match state.statement_to_plan(*s).await {
+        Ok(plan) => plan,
+        // What PostgreSQL reports at Parse: a missing table, column or function. Anything
+        // else (a parameter whose type planning cannot settle) waits for the values.
+        Err(e)
+            if matches!(
+                super::sqlstate::of(&e),
+                code::UNDEFINED_TABLE
+                    | code::UNDEFINED_COLUMN
+                    | code::UNDEFINED_FUNCTION
+                    | code::SYNTAX_ERROR
+            ) =>
+        {
+            return Err(df_error(&e));
+        }
+        Err(_) => return Ok((types, None)),
+    };
+    if let Ok(found) = plan.get_parameter_types() {
+        for (name, dt) in found {
+            let Some(n) = name.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) else {
+                continue;
+            };
+            if let (Some(slot), Some(dt)) = (types.get_mut(n.wrapping_sub(1)), dt)
+                && slot.is_none()
+            {
+                *slot = Some(types::pg_type(&dt));
+            }
+        }
+    }
+    if !is_query {
+        return Ok((types, None));
+    }
+    let schema = Arc::new(plan.schema().as_arrow().clone());
+    Ok((types, Some(schema)))
+}
+
+/// The numbers of the placeholders a statement passes to a distance function (vectors).
+fn vector_parameters(statement: &FragvecStatement) -> Vec<usize> {
+    struct Find(Vec<usize>);
+    impl Visitor for Find {
+        type Break = ();
+        fn pre_visit_expr(&mut self, expr: &Expr) -> std::ops::ControlFlow<()> {
+            if let Expr::Function(f) = expr
+                && crate::sql::vector_syntax::is_distance_function(&f.name.to_string())
+                && let datafusion::sql::sqlparser::ast::FunctionArguments::List(list) = &f.args
+            {
+                for arg in &list.args {
+                    let e = match arg {
+                        datafusion::sql::sqlparser::ast::FunctionArg::Unnamed(
+                            datafusion::sql::sqlparser::ast::FunctionArgExpr::Expr(e),
+                        ) => e,
+                        _ => continue,
+                    };
+                    let e = match e {
+                        Expr::Cast { expr, .. } => expr.as_ref(),
+                        e => e,
+                    };
+                    if let Expr::Value(v) = e
+                        && let Value::Placeholder(p) = &v.value
+                        && let Some(n) = p.strip_prefix('$').and_then(|n| n.parse().ok())
+                    {
+                        self.0.push(n);
+                    }
+                }
+            }
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+    let mut find = Find(vec![]);
+    if let FragvecStatement::DataFusion(s) = statement
+        && let DFStatement::Statement(inner) = s.as_ref()
+    {
+        let _ = inner.visit(&mut find);
+    }
+    find.0
+}

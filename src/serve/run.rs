@@ -1,0 +1,304 @@
+//! Running SQL text for one connection: what the simple query protocol's Query and the
+//! extended protocol's Execute both come down to, once parameters are spliced in.
+//!
+//! Each statement goes through the connection's own [`FragvecSession`] (fragvec's front end,
+//! as in the CLI), except what only a PostgreSQL server has: transaction control
+//! ([`super::transaction`]) and PostgreSQL's session settings ([`super::settings`]). Catalog
+//! queries are rewritten first ([`super::pg_catalog`]).
+
+use std::time::Duration;
+
+use datafusion::common::DataFusionError;
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
+use pgwire::error::ErrorInfo;
+
+use super::pg_catalog;
+use super::settings::{self, SettingStatement, Settings};
+use super::sqlstate::{self, code};
+use super::transaction::{Block, Control};
+use crate::FragvecSession;
+use crate::engine::session::StatementResult;
+use crate::sql::FragvecStatement;
+
+/// What one statement gave the client.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // one per statement, moved a few times: not worth a box
+pub enum Output {
+    /// Rows (a query, EXPLAIN, SHOW, or a fragvec statement's one-row report).
+    Rows(StatementResult),
+    /// A statement without rows, with its command tag (`INSERT 0 3`, `CREATE TABLE`).
+    Command(String),
+    /// A transaction-control statement: its tag, whether it opened or closed a block, and a
+    /// warning to send before it.
+    Control {
+        tag: &'static str,
+        opened: Option<bool>,
+        warning: Option<ErrorInfo>,
+    },
+}
+
+/// An error as the client gets it.
+pub fn error_info(sqlstate: &str, message: impl Into<String>) -> ErrorInfo {
+    ErrorInfo::new("ERROR".into(), sqlstate.into(), message.into())
+}
+
+/// A DataFusion error as the client gets it: its SQLSTATE and its message.
+pub fn df_error(e: &DataFusionError) -> ErrorInfo {
+    error_info(sqlstate::of(e), e.to_string())
+}
+
+/// The connection state statements run against.
+pub struct Runner<'a> {
+    pub session: &'a FragvecSession,
+    pub block: &'a std::sync::Mutex<Block>,
+    pub settings: &'a std::sync::Mutex<Settings>,
+}
+
+impl Runner<'_> {
+    /// Runs every statement of `sql`, in order, stopping at the first error (which ends the
+    /// list).
+    pub async fn run(&self, sql: &str) -> Vec<Result<Output, ErrorInfo>> {
+        // Control and PostgreSQL settings first: some never parse as DataFusion SQL
+        // (`SET TIME ZONE LOCAL`, `DISCARD ALL`), and they need no session.
+        if let Some(out) = self.special(sql) {
+            return vec![out];
+        }
+        let statements = match self.session.parse(sql) {
+            Ok(s) => s,
+            Err(e) => {
+                self.block.lock().expect("lock").failed();
+                return vec![Err(df_error(&e))];
+            }
+        };
+        let mut outputs = Vec::with_capacity(statements.len());
+        for statement in statements {
+            let out = match &statement {
+                FragvecStatement::DataFusion(s) => match self.special(&s.to_string()) {
+                    Some(out) => out,
+                    None => self.execute(statement).await,
+                },
+                _ => self.execute(statement).await,
+            };
+            let failed = out.is_err();
+            outputs.push(out);
+            if failed {
+                break;
+            }
+        }
+        outputs
+    }
+
+    /// A transaction-control statement or a PostgreSQL setting, if `sql` is one.
+    fn special(&self, sql: &str) -> Option<Result<Output, ErrorInfo>> {
+        if let Some(control) = Control::of(sql) {
+            let mut block = self.block.lock().expect("lock");
+            let was_open = block.is_open();
+            let result = block.apply(&control);
+            let now_open = block.is_open();
+            return Some(match result {
+                Ok(done) => Ok(Output::Control {
+                    tag: done.tag,
+                    opened: (was_open != now_open).then_some(now_open),
+                    warning: done
+                        .warning
+                        .map(|(state, m)| ErrorInfo::new("WARNING".into(), state.into(), m)),
+                }),
+                Err(refused) => Err(error_info(refused.sqlstate, refused.message)),
+            });
+        }
+        let lower = sql.trim_start().to_ascii_lowercase();
+        if lower.starts_with("copy") && (lower.contains("stdin") || lower.contains("stdout")) {
+            return Some(Err(error_info(
+                code::FEATURE_NOT_SUPPORTED,
+                "COPY FROM STDIN / TO STDOUT is not supported by fragvec serve yet: insert rows \
+                 with INSERT (psycopg's executemany pipelines them) and read them with SELECT",
+            )));
+        }
+        let setting = settings::parse(sql)?;
+        if let Err(e) = self.block.lock().expect("lock").admit()
+            && !matches!(setting, SettingStatement::Deallocate(_))
+        {
+            return Some(Err(error_info(e.sqlstate, e.message)));
+        }
+        let mut settings = self.settings.lock().expect("lock");
+        Some(match setting {
+            SettingStatement::Set(name, value) => settings
+                .set(&name, value)
+                .map(|()| Output::Command("SET".into()))
+                .map_err(|m| error_info(code::INVALID_PARAMETER_VALUE, m)),
+            SettingStatement::Show(name) => settings
+                .show(&name)
+                .map(Output::Rows)
+                .map_err(|m| error_info(code::UNDEFINED_OBJECT, m)),
+            SettingStatement::Discard => {
+                settings.reset_all();
+                Ok(Output::Command("DISCARD ALL".into()))
+            }
+            SettingStatement::Deallocate(tag) => Ok(Output::Command(tag.into())),
+        })
+    }
+
+    /// Runs one statement through the session, under the statement timeout.
+    async fn execute(&self, mut statement: FragvecStatement) -> Result<Output, ErrorInfo> {
+        if let Err(e) = self.block.lock().expect("lock").admit() {
+            return Err(error_info(e.sqlstate, e.message));
+        }
+        let kind = Kind::of(&statement);
+        let text = describe(&statement);
+        let timeout = self.settings.lock().expect("lock").statement_timeout();
+        let outcome = async {
+            pg_catalog::prepare(self.session, &mut statement).await?;
+            self.session.execute(statement).await
+        };
+        let result = match timeout {
+            Some(limit) if limit > Duration::ZERO => {
+                match tokio::time::timeout(limit, outcome).await {
+                    Ok(r) => r.map_err(|e| df_error(&e)),
+                    Err(_) => Err(error_info(
+                        code::QUERY_CANCELED,
+                        "canceling statement due to statement timeout",
+                    )),
+                }
+            }
+            _ => outcome.await.map_err(|e| df_error(&e)),
+        };
+        let mut block = self.block.lock().expect("lock");
+        match result {
+            Ok(result) => {
+                block.ran(&text, kind.writes());
+                Ok(kind.output(result))
+            }
+            Err(e) => {
+                block.failed();
+                Err(e)
+            }
+        }
+    }
+}
+
+/// A statement's text for the list a refused ROLLBACK gives.
+fn describe(statement: &FragvecStatement) -> String {
+    match statement {
+        FragvecStatement::DataFusion(s) => s.to_string(),
+        other => {
+            let debug = format!("{other:?}");
+            debug
+                .split([' ', '{'])
+                .next()
+                .unwrap_or("statement")
+                .to_uppercase()
+                + " "
+                + &format!("{other:?}")
+                    .chars()
+                    .skip_while(|c| *c != '{')
+                    .collect::<String>()
+        }
+    }
+}
+
+/// What kind of statement ran: its command tag, and whether it wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    Query,
+    Insert,
+    Update,
+    Delete,
+    Merge,
+    CreateTableAs,
+    /// A statement whose command tag is fixed (`CREATE TABLE`, `SET`, ...), and whether it
+    /// writes.
+    Other(String, bool),
+}
+
+impl Kind {
+    pub fn of(statement: &FragvecStatement) -> Kind {
+        let s = match statement {
+            FragvecStatement::DataFusion(s) => s.as_ref(),
+            FragvecStatement::CreateVectorIndex { .. } => {
+                return Kind::Other("CREATE INDEX".into(), true);
+            }
+            FragvecStatement::DropIndex { .. } => return Kind::Other("DROP INDEX".into(), true),
+            FragvecStatement::OptimizeIndex { .. } => {
+                return Kind::Other("OPTIMIZE INDEX".into(), true);
+            }
+            FragvecStatement::Compact { .. } => return Kind::Other("COMPACT".into(), true),
+            FragvecStatement::Recluster { .. } => return Kind::Other("RECLUSTER".into(), true),
+            FragvecStatement::Vacuum { .. } => return Kind::Other("VACUUM".into(), true),
+        };
+        let statement = match s {
+            DFStatement::Statement(s) => s.as_ref(),
+            DFStatement::Explain(_) => return Kind::Query,
+            DFStatement::CreateExternalTable(_) => return Kind::Other("CREATE TABLE".into(), true),
+            DFStatement::CopyTo(_) => return Kind::Other("COPY".into(), true),
+            _ => return Kind::Other(first_words(&s.to_string(), 1), true),
+        };
+        match statement {
+            Statement::Query(_) => Kind::Query,
+            Statement::Insert(_) => Kind::Insert,
+            Statement::Update(_) => Kind::Update,
+            Statement::Delete(_) => Kind::Delete,
+            Statement::Merge(_) => Kind::Merge,
+            Statement::CreateTable(c) if c.query.is_some() => Kind::CreateTableAs,
+            Statement::CreateTable(_) => Kind::Other("CREATE TABLE".into(), true),
+            Statement::CreateView(_) => Kind::Other("CREATE VIEW".into(), true),
+            Statement::Drop { object_type, .. } => Kind::Other(
+                match object_type {
+                    ObjectType::View => "DROP VIEW",
+                    ObjectType::Index => "DROP INDEX",
+                    ObjectType::Schema => "DROP SCHEMA",
+                    _ => "DROP TABLE",
+                }
+                .into(),
+                true,
+            ),
+            Statement::AlterTable(_) => Kind::Other("ALTER TABLE".into(), true),
+            Statement::Set(_) => Kind::Other("SET".into(), false),
+            Statement::ShowVariable { .. }
+            | Statement::ShowTables { .. }
+            | Statement::ShowColumns { .. } => Kind::Query,
+            other => Kind::Other(first_words(&other.to_string(), 2), true),
+        }
+    }
+
+    fn writes(&self) -> bool {
+        match self {
+            Kind::Query => false,
+            Kind::Other(_, writes) => *writes,
+            _ => true,
+        }
+    }
+
+    /// The client's view of `result`: rows, or a command tag with its row count.
+    fn output(&self, result: StatementResult) -> Output {
+        let n = result.rows_affected;
+        let tag = |t: &str| match n {
+            Some(n) => format!("{t} {n}"),
+            None => t.to_string(),
+        };
+        match self {
+            Kind::Insert => Output::Command(format!("INSERT 0 {}", n.unwrap_or(0))),
+            Kind::Update => Output::Command(tag("UPDATE")),
+            Kind::Delete => Output::Command(tag("DELETE")),
+            Kind::Merge => Output::Command(tag("MERGE")),
+            Kind::CreateTableAs => Output::Command(tag("SELECT")),
+            Kind::Query => Output::Rows(result),
+            Kind::Other(t, _) => {
+                if result.schema.fields().is_empty() {
+                    Output::Command(tag(t))
+                } else {
+                    Output::Rows(result)
+                }
+            }
+        }
+    }
+}
+
+/// The first `n` words of `text`, upper-cased (a command tag).
+fn first_words(text: &str, n: usize) -> String {
+    text.split_whitespace()
+        .take(n)
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_uppercase()
+}

@@ -1,0 +1,192 @@
+//! The SQLSTATE of an error, as PostgreSQL's clients expect it (psycopg's `e.sqlstate`,
+//! asyncpg's exception classes, psql's `\set VERBOSITY verbose`).
+//!
+//! fragvec's errors are typed below DataFusion (`FormatError`, `IndexError`): those are
+//! recognised by downcasting the root error. DataFusion's own carry their class in the variant
+//! (`SQL`, `NotImplemented`, `SchemaError`) or, for planning errors, only in their text; the few
+//! texts matched here are DataFusion 55's wording, covered by the server's tests.
+
+use datafusion::common::{DataFusionError, SchemaError};
+
+use crate::format::FormatError;
+use crate::index::IndexError;
+
+/// SQLSTATEs the server sends (PostgreSQL's Appendix A).
+pub mod code {
+    pub const SYNTAX_ERROR: &str = "42601";
+    pub const UNDEFINED_TABLE: &str = "42P01";
+    pub const UNDEFINED_COLUMN: &str = "42703";
+    pub const UNDEFINED_FUNCTION: &str = "42883";
+    pub const UNDEFINED_OBJECT: &str = "42704";
+    pub const DUPLICATE_TABLE: &str = "42P07";
+    pub const AMBIGUOUS_COLUMN: &str = "42702";
+    pub const SYNTAX_OR_ACCESS_RULE: &str = "42000";
+    pub const DATATYPE_MISMATCH: &str = "42804";
+    pub const SERIALIZATION_FAILURE: &str = "40001";
+    pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
+    pub const QUERY_CANCELED: &str = "57014";
+    pub const DATA_EXCEPTION: &str = "22000";
+    pub const INVALID_PARAMETER_VALUE: &str = "22023";
+    pub const DIVISION_BY_ZERO: &str = "22012";
+    pub const OUT_OF_MEMORY: &str = "53200";
+    pub const DATA_CORRUPTED: &str = "XX001";
+    pub const INTERNAL_ERROR: &str = "XX000";
+    pub const IO_ERROR: &str = "58030";
+    pub const ACTIVE_SQL_TRANSACTION: &str = "25001";
+    pub const NO_ACTIVE_SQL_TRANSACTION: &str = "25P01";
+    pub const IN_FAILED_SQL_TRANSACTION: &str = "25P02";
+    pub const INVALID_TRANSACTION_TERMINATION: &str = "2D000";
+    pub const PROTOCOL_VIOLATION: &str = "08P01";
+    pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
+}
+
+/// The SQLSTATE of `e`.
+pub fn of(e: &DataFusionError) -> &'static str {
+    if let Some(state) = typed(e) {
+        return state;
+    }
+    match e.find_root() {
+        DataFusionError::SQL(..) => code::SYNTAX_ERROR,
+        DataFusionError::NotImplemented(_) => code::FEATURE_NOT_SUPPORTED,
+        DataFusionError::SchemaError(s, _) => match s.as_ref() {
+            SchemaError::FieldNotFound { .. } => code::UNDEFINED_COLUMN,
+            SchemaError::AmbiguousReference { .. } => code::AMBIGUOUS_COLUMN,
+            _ => code::SYNTAX_OR_ACCESS_RULE,
+        },
+        DataFusionError::ResourcesExhausted(_) => code::OUT_OF_MEMORY,
+        DataFusionError::IoError(_) | DataFusionError::ObjectStore(_) => code::IO_ERROR,
+        DataFusionError::ArrowError(a, _) => match a.as_ref() {
+            datafusion::arrow::error::ArrowError::DivideByZero => code::DIVISION_BY_ZERO,
+            datafusion::arrow::error::ArrowError::CastError(_)
+            | datafusion::arrow::error::ArrowError::ParseError(_) => "22P02",
+            _ => code::DATA_EXCEPTION,
+        },
+        DataFusionError::Plan(m) => plan_state(m),
+        DataFusionError::Execution(m) => {
+            if m.contains("Divide by zero") {
+                code::DIVISION_BY_ZERO
+            } else if m.contains("already exists") {
+                code::DUPLICATE_TABLE
+            } else {
+                code::DATA_EXCEPTION
+            }
+        }
+        DataFusionError::Internal(_) => code::INTERNAL_ERROR,
+        _ => code::INTERNAL_ERROR,
+    }
+}
+
+/// The SQLSTATE of a planning error, from DataFusion's wording.
+fn plan_state(m: &str) -> &'static str {
+    let lower = m.to_ascii_lowercase();
+    if lower.contains("table '")
+        && (lower.contains("not found") || lower.contains("does not exist"))
+        || lower.contains("no table named")
+    {
+        code::UNDEFINED_TABLE
+    } else if lower.contains("invalid function") || lower.contains("no function matches") {
+        code::UNDEFINED_FUNCTION
+    } else if lower.contains("unsupported sql type") || lower.contains("unsupported ast") {
+        code::FEATURE_NOT_SUPPORTED
+    } else if lower.contains("already exists") {
+        code::DUPLICATE_TABLE
+    } else if lower.contains("cannot be cast") || lower.contains("coercion") {
+        code::DATATYPE_MISMATCH
+    } else {
+        code::SYNTAX_OR_ACCESS_RULE
+    }
+}
+
+/// The SQLSTATE of a fragvec layer's error anywhere in the chain.
+fn typed(e: &DataFusionError) -> Option<&'static str> {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = current {
+        if let Some(f) = err.downcast_ref::<FormatError>() {
+            return Some(format_state(f));
+        }
+        if let Some(i) = err.downcast_ref::<IndexError>() {
+            return Some(match i {
+                IndexError::Format(f) => format_state(f),
+                _ => code::DATA_EXCEPTION,
+            });
+        }
+        current = match err.downcast_ref::<DataFusionError>() {
+            // DataFusion's own chain: `Context`, `Shared`, `External`, ...
+            Some(DataFusionError::External(inner)) => Some(inner.as_ref()),
+            Some(DataFusionError::Context(_, inner)) => Some(inner.as_ref()),
+            Some(DataFusionError::Shared(inner)) => Some(inner.as_ref()),
+            Some(DataFusionError::Diagnostic(_, inner)) => Some(inner.as_ref()),
+            _ => err.source(),
+        };
+    }
+    None
+}
+
+fn format_state(f: &FormatError) -> &'static str {
+    match f {
+        FormatError::NotFound(_) => code::UNDEFINED_TABLE,
+        FormatError::AlreadyExists(_) => code::DUPLICATE_TABLE,
+        FormatError::VersionNotFound { .. } => code::INVALID_PARAMETER_VALUE,
+        FormatError::InvalidInput(_) => code::INVALID_PARAMETER_VALUE,
+        FormatError::Conflict { .. } => code::SERIALIZATION_FAILURE,
+        FormatError::Corrupt { .. } => code::DATA_CORRUPTED,
+        FormatError::UnknownFeature { .. } => code::FEATURE_NOT_SUPPORTED,
+        _ => code::IO_ERROR,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::FragvecSession;
+
+    async fn state_of(session: &FragvecSession, sql: &str) -> &'static str {
+        of(&session.sql(sql).await.expect_err(sql))
+    }
+
+    /// The states clients test for, from the errors fragvec really gives.
+    #[tokio::test]
+    async fn states_of_real_errors() {
+        let s = FragvecSession::open("memory://sqlstate-test")
+            .await
+            .unwrap();
+        s.sql("CREATE TABLE t (id BIGINT, emb VECTOR(2))")
+            .await
+            .unwrap();
+        assert_eq!(state_of(&s, "SELEC 1").await, code::SYNTAX_ERROR);
+        assert_eq!(
+            state_of(&s, "SELECT * FROM nope").await,
+            code::UNDEFINED_TABLE
+        );
+        assert_eq!(
+            state_of(&s, "SELECT nope FROM t").await,
+            code::UNDEFINED_COLUMN
+        );
+        assert_eq!(
+            state_of(&s, "SELECT no_such_fn(1)").await,
+            code::UNDEFINED_FUNCTION
+        );
+        assert_eq!(
+            state_of(&s, "CREATE TABLE t (id BIGINT)").await,
+            code::DUPLICATE_TABLE
+        );
+        assert_eq!(
+            state_of(&s, "DELETE FROM nope WHERE id = 1").await,
+            code::UNDEFINED_TABLE
+        );
+        assert_eq!(state_of(&s, "SELECT 1 / 0").await, code::DIVISION_BY_ZERO);
+    }
+
+    #[test]
+    fn a_commit_conflict_is_a_serialization_failure() {
+        let conflict = FormatError::Conflict {
+            table: "t".into(),
+            version: 3,
+            reason: crate::format::commit::Conflict::FragmentRemoved {
+                fragment: crate::ledger::ids::FragmentId(7),
+            },
+        };
+        let e = DataFusionError::Context("statement 1".into(), Box::new(conflict.into()));
+        assert_eq!(of(&e), code::SERIALIZATION_FAILURE);
+    }
+}

@@ -1,0 +1,188 @@
+//! `fragvec serve` driven by real PostgreSQL clients nobody here wrote: psycopg 3 with
+//! pgvector, asyncpg, and Debian's psql (the scripts are in `tests/pg_clients/`, their
+//! virtualenv is made by `.ci/pg-clients setup`, which `.ci/run` calls).
+//!
+//! Without the clients (`FRAGVEC_PG_PYTHON` unset) the test says so and passes, unless
+//! `FRAGVEC_REQUIRE_PG_CLIENTS=1` (CI sets it when the clients could be installed).
+//!
+//! Not yet run here, because the server does not pass them yet: `hostile.py` (a message
+//! shorter than its own length field after startup is left waiting) and the `\d TABLE` /
+//! `\l` steps of `psql_smoke.sh` (psql's catalog queries need `pg_policy`,
+//! `pg_statistic_ext`, `ARRAY(SELECT ...)`, ...).
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start(db: &Path) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_fragvec"))
+            .args(["--db", db.to_str().unwrap(), "serve", "--pg", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start fragvec serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected first line from fragvec serve: {line:?}"));
+        Server { child, port }
+    }
+
+    fn client(&self, program: &str, args: &[&str]) -> Command {
+        let mut c = Command::new(program);
+        c.args(args)
+            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pg_clients"))
+            .env("PGHOST", "127.0.0.1")
+            .env("PGPORT", self.port.to_string())
+            .env("PGUSER", "fragvec")
+            .env("PGDATABASE", "fragvec")
+            .env("PGCONNECT_TIMEOUT", "10")
+            .env("FV_TARGET", "fragvec");
+        c
+    }
+
+    /// SIGTERM: the server stops accepting, lets running statements finish, exits 0.
+    fn stop(mut self) {
+        let pid = self.child.id() as i32;
+        // SAFETY: kill(2) on the child's own pid.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let status = self.child.wait().unwrap();
+        assert!(
+            status.success(),
+            "fragvec serve exited with {status} after SIGTERM"
+        );
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+    }
+}
+
+fn clients() -> Option<(String, String)> {
+    let python = std::env::var("FRAGVEC_PG_PYTHON").ok();
+    let psql = std::env::var("FRAGVEC_PSQL").unwrap_or_else(|_| "psql".into());
+    match python {
+        Some(p) => Some((p, psql)),
+        None => {
+            assert!(
+                std::env::var("FRAGVEC_REQUIRE_PG_CLIENTS").is_err(),
+                "FRAGVEC_REQUIRE_PG_CLIENTS is set but FRAGVEC_PG_PYTHON is not: run `eval \"$(.ci/pg-clients setup)\"`"
+            );
+            eprintln!(
+                "skipping: no PostgreSQL clients (eval \"$(.ci/pg-clients setup)\" to run these)"
+            );
+            None
+        }
+    }
+}
+
+fn run_ok(mut c: Command, what: &str) -> String {
+    let out = c
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{what} failed:\n{stdout}\n{stderr}");
+    stdout
+}
+
+#[test]
+fn real_clients_against_fragvec_serve() {
+    let Some((python, psql)) = clients() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("db"));
+    for script in [
+        "psycopg_pgvector.py",
+        "asyncpg_vector.py",
+        "concurrent_model.py",
+    ] {
+        run_ok(server.client(&python, &[script]), script);
+    }
+
+    // psql: tables, a KNN query, and an error's SQLSTATE.
+    let psql_c = |sql: &str| server.client(&psql, &["-X", "-v", "ON_ERROR_STOP=1", "-c", sql]);
+    run_ok(
+        psql_c("CREATE TABLE docs (id BIGINT, emb VECTOR(3))"),
+        "psql CREATE TABLE",
+    );
+    let inserted = run_ok(
+        psql_c("INSERT INTO docs VALUES (1, '[1,0,0]'), (2, '[0,1,0]'), (3, '[0,0,1]')"),
+        "psql INSERT",
+    );
+    assert!(inserted.contains("INSERT 0 3"), "{inserted}");
+    let listed = run_ok(psql_c("\\dt"), "psql \\dt");
+    assert!(
+        listed.contains("docs") && listed.contains("table"),
+        "{listed}"
+    );
+    let knn = run_ok(
+        psql_c("SELECT id FROM docs ORDER BY emb <-> '[0,0.9,0.1]' LIMIT 1"),
+        "psql KNN",
+    );
+    assert!(knn.contains(" 2\n") && knn.contains("(1 row)"), "{knn}");
+    // fragvec's index statement reports the rows it indexed, as in the CLI.
+    let indexed = run_ok(
+        psql_c(
+            "CREATE VECTOR INDEX docs_idx ON docs (emb) USING IVF_FLAT WITH (num_partitions = 1)",
+        ),
+        "psql CREATE VECTOR INDEX",
+    );
+    assert!(indexed.contains('3'), "{indexed}");
+    let plan = run_ok(
+        psql_c("EXPLAIN SELECT id FROM docs ORDER BY emb <-> '[0,1,0]' LIMIT 1"),
+        "psql EXPLAIN",
+    );
+    assert!(plan.contains("KnnExec"), "{plan}");
+    let out = server
+        .client(
+            &psql,
+            &[
+                "-X",
+                "-v",
+                "VERBOSITY=verbose",
+                "-c",
+                "SELECT * FROM no_such_table",
+            ],
+        )
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("42P01"), "{err}");
+    server.stop();
+}
+
+/// A non-loopback address without authentication is refused at start, with the reason.
+#[test]
+fn refuses_to_listen_openly_without_authentication() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fragvec"))
+        .args([
+            "--db",
+            dir.path().join("db").to_str().unwrap(),
+            "serve",
+            "--pg",
+            "0.0.0.0:0",
+        ])
+        .env_remove("FRAGVEC_PASSWORD")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("without authentication"), "{err}");
+}
