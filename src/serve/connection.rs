@@ -466,7 +466,10 @@ async fn describe_unbound(
             *t = Some(types::vector_type());
         }
     }
-    if pg_catalog::prepare(session, &mut statement).await.is_err() {
+    if pg_catalog::prepare(session, sql, &mut statement)
+        .await
+        .is_err()
+    {
         return Ok((types, None));
     }
     let FragvecStatement::DataFusion(s) = statement else {

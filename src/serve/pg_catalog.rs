@@ -26,9 +26,8 @@ use datafusion::datasource::MemTable;
 use datafusion::logical_expr::{ColumnarValue, Volatility, create_udf};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{
-    BinaryOperator, CastKind, DataType as SqlType, Expr, Function, FunctionArg, FunctionArgExpr,
-    FunctionArgumentList, FunctionArguments, Ident, ObjectName, ObjectNamePart, Value, VisitMut,
-    VisitorMut,
+    BinaryOperator, CastKind, DataType as SqlType, Expr, FunctionArg, FunctionArgExpr,
+    FunctionArguments, Value, VisitMut, VisitorMut,
 };
 
 use super::types::{
@@ -37,6 +36,7 @@ use super::types::{
 };
 use crate::FragvecSession;
 use crate::sql::FragvecStatement;
+use crate::sql::vector_syntax::call;
 
 const PG_CATALOG_NS: i64 = 11;
 const PUBLIC_NS: i64 = 2200;
@@ -719,14 +719,20 @@ pub fn install(
 
 /// Gets a statement ready to run: catalog rewrites, and fresh `pg_class` / `pg_attribute`
 /// when it reads them.
-pub async fn prepare(session: &FragvecSession, statement: &mut FragvecStatement) -> Result<()> {
+/// `sql`: the text the statement came from, to tell cheaply whether it is a catalog query
+/// (rendering the statement again would cost a KNN query its whole vector's text).
+pub async fn prepare(
+    session: &FragvecSession,
+    sql: &str,
+    statement: &mut FragvecStatement,
+) -> Result<()> {
     let FragvecStatement::DataFusion(s) = statement else {
         return Ok(());
     };
     let DFStatement::Statement(inner) = s.as_mut() else {
         return Ok(());
     };
-    let text = inner.to_string().to_ascii_lowercase();
+    let text = sql.to_ascii_lowercase();
     if !(text.contains("pg_")
         || text.contains("reg")
         || text.contains("operator(")
@@ -746,26 +752,6 @@ pub async fn prepare(session: &FragvecSession, statement: &mut FragvecStatement)
 
 /// The catalog rewrites (see the module documentation).
 struct Rewrite;
-
-fn call(name: &str, args: Vec<Expr>) -> Expr {
-    Expr::Function(Function {
-        name: ObjectName(vec![ObjectNamePart::Identifier(Ident::new(name))]),
-        uses_odbc_syntax: false,
-        parameters: FunctionArguments::None,
-        args: FunctionArguments::List(FunctionArgumentList {
-            duplicate_treatment: None,
-            args: args
-                .into_iter()
-                .map(|e| FunctionArg::Unnamed(FunctionArgExpr::Expr(e)))
-                .collect(),
-            clauses: vec![],
-        }),
-        filter: None,
-        null_treatment: None,
-        over: None,
-        within_group: vec![],
-    })
-}
 
 fn is_call(e: &Expr, name: &str) -> bool {
     matches!(e, Expr::Function(f) if f.name.to_string() == name)
@@ -1144,14 +1130,15 @@ mod tests {
         let sql = "SELECT typname AS name, oid, typarray AS array_oid, oid::regtype::text AS alt_name, \
                    typdelim AS delimiter FROM pg_type t WHERE t.oid = 'vector'::regtype ORDER BY t.oid";
         let mut st = s.parse(sql).unwrap().remove(0);
-        prepare(&s, &mut st).await.unwrap();
+        prepare(&s, sql, &mut st).await.unwrap();
         let r = s.execute(st).await.unwrap();
         let b = &r.batches[0];
         assert_eq!(b.num_rows(), 1);
         let alt = b.column(3).as_any().downcast_ref::<StringArray>().unwrap();
         assert_eq!(alt.value(0), "vector");
-        let mut missing = s.parse("SELECT 'nope'::regtype").unwrap().remove(0);
-        prepare(&s, &mut missing).await.unwrap();
+        let missing_sql = "SELECT 'nope'::regtype";
+        let mut missing = s.parse(missing_sql).unwrap().remove(0);
+        prepare(&s, missing_sql, &mut missing).await.unwrap();
         assert!(s.execute(missing).await.is_err());
     }
 }

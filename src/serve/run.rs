@@ -71,14 +71,16 @@ impl Runner<'_> {
                 return vec![Err(df_error(&e))];
             }
         };
+        // One statement was checked whole above; several are checked one by one.
+        let several = statements.len() > 1;
         let mut outputs = Vec::with_capacity(statements.len());
         for statement in statements {
             let out = match &statement {
-                FragvecStatement::DataFusion(s) => match self.special(&s.to_string()) {
+                FragvecStatement::DataFusion(s) if several => match self.special(&s.to_string()) {
                     Some(out) => out,
-                    None => self.execute(statement).await,
+                    None => self.execute(sql, statement).await,
                 },
-                _ => self.execute(statement).await,
+                _ => self.execute(sql, statement).await,
             };
             let failed = out.is_err();
             outputs.push(out);
@@ -140,15 +142,21 @@ impl Runner<'_> {
     }
 
     /// Runs one statement through the session, under the statement timeout.
-    async fn execute(&self, mut statement: FragvecStatement) -> Result<Output, ErrorInfo> {
+    async fn execute(
+        &self,
+        sql: &str,
+        mut statement: FragvecStatement,
+    ) -> Result<Output, ErrorInfo> {
         if let Err(e) = self.block.lock().expect("lock").admit() {
             return Err(error_info(e.sqlstate, e.message));
         }
         let kind = Kind::of(&statement);
-        let text = describe(&statement);
+        // What a refused ROLLBACK will list: only a write inside a block needs it.
+        let text = (kind.writes() && self.block.lock().expect("lock").is_open())
+            .then(|| describe(&statement));
         let timeout = self.settings.lock().expect("lock").statement_timeout();
         let outcome = async {
-            pg_catalog::prepare(self.session, &mut statement).await?;
+            pg_catalog::prepare(self.session, sql, &mut statement).await?;
             self.session.execute(statement).await
         };
         let result = match timeout {
@@ -166,7 +174,9 @@ impl Runner<'_> {
         let mut block = self.block.lock().expect("lock");
         match result {
             Ok(result) => {
-                block.ran(&text, kind.writes());
+                if let Some(text) = text {
+                    block.ran(&text, true);
+                }
                 Ok(kind.output(result))
             }
             Err(e) => {
@@ -181,19 +191,7 @@ impl Runner<'_> {
 fn describe(statement: &FragvecStatement) -> String {
     match statement {
         FragvecStatement::DataFusion(s) => s.to_string(),
-        other => {
-            let debug = format!("{other:?}");
-            debug
-                .split([' ', '{'])
-                .next()
-                .unwrap_or("statement")
-                .to_uppercase()
-                + " "
-                + &format!("{other:?}")
-                    .chars()
-                    .skip_while(|c| *c != '{')
-                    .collect::<String>()
-        }
+        other => format!("{other:?}"),
     }
 }
 

@@ -205,9 +205,15 @@ fn encode_text(
                 && f.data_type() == &DataType::Float32;
             let (open, close) = if vector { ('[', ']') } else { ('{', '}') };
             s.push(open);
+            // Floats are printed here; any other element type by Arrow's formatter.
             let fmt_opts = FormatOptions::default().with_null("NULL");
-            let inner =
-                ArrayFormatter::try_new(values.as_ref(), &fmt_opts).map_err(|e| e.to_string())?;
+            let inner = match values.data_type() {
+                DataType::Float32 | DataType::Float64 => None,
+                _ => Some(
+                    ArrayFormatter::try_new(values.as_ref(), &fmt_opts)
+                        .map_err(|e| e.to_string())?,
+                ),
+            };
             for i in 0..values.len() {
                 if i > 0 {
                     s.push(',');
@@ -221,7 +227,10 @@ fn encode_text(
                         values.as_primitive::<Float64Type>().value(i),
                         false,
                     )),
-                    _ => write!(s, "{}", inner.value(i)).map_err(|e| e.to_string())?,
+                    _ => match &inner {
+                        Some(f) => write!(s, "{}", f.value(i)).map_err(|e| e.to_string())?,
+                        None => s.push_str("NULL"),
+                    },
                 }
             }
             s.push(close);

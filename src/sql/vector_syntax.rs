@@ -274,7 +274,8 @@ fn vector_literal(e: &Expr) -> Expr {
     Expr::Array(Array { elem, named: false })
 }
 
-fn call(name: &str, args: Vec<Expr>) -> Expr {
+/// A call of function `name` with `args` (the AST fragvec's rewrites build).
+pub fn call(name: &str, args: Vec<Expr>) -> Expr {
     Expr::Function(Function {
         name: ObjectName::from(vec![Ident::new(name)]),
         uses_odbc_syntax: false,
