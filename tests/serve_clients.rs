@@ -4,11 +4,6 @@
 //!
 //! Without the clients (`FRAGVEC_PG_PYTHON` unset) the test says so and passes, unless
 //! `FRAGVEC_REQUIRE_PG_CLIENTS=1` (CI sets it when the clients could be installed).
-//!
-//! Not yet run here, because the server does not pass them yet: `hostile.py` (a message
-//! shorter than its own length field after startup is left waiting) and the `\d TABLE` /
-//! `\l` steps of `psql_smoke.sh` (psql's catalog queries need `pg_policy`,
-//! `pg_statistic_ext`, `ARRAY(SELECT ...)`, ...).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -106,14 +101,20 @@ fn real_clients_against_fragvec_serve() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&dir.path().join("db"));
+    let server = Server::start(&dir.path().join("fragvec"));
     for script in [
         "psycopg_pgvector.py",
         "asyncpg_vector.py",
         "concurrent_model.py",
+        "limits.py",
+        "hostile.py",
     ] {
         run_ok(server.client(&python, &[script]), script);
     }
+    // psql's backslash commands (\dt, \d, \d TABLE, \l), a KNN query, errors' SQLSTATEs.
+    let mut smoke = server.client("bash", &["psql_smoke.sh"]);
+    smoke.env("FRAGVEC_PSQL", &psql);
+    run_ok(smoke, "psql_smoke.sh");
 
     // psql: tables, a KNN query, and an error's SQLSTATE.
     let psql_c = |sql: &str| server.client(&psql, &["-X", "-v", "ON_ERROR_STOP=1", "-c", sql]);

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::FragvecSession;
 use crate::serve::auth::{Authentication, TlsFiles, Users};
+use crate::serve::files::AllowedFiles;
 use crate::serve::{PgServer, PgServerConfig};
 
 /// Options of `fragvec serve`.
@@ -40,6 +41,10 @@ pub struct ServeArgs {
     /// TLS private key (PEM).
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// A directory whose files clients may read (CREATE EXTERNAL TABLE) and write (COPY ...
+    /// TO); may be given several times. Without it clients may name no server file.
+    #[arg(long = "allow-files", value_name = "DIR")]
+    pub allow_files: Vec<PathBuf>,
 }
 
 /// The authentication `args` and the environment ask for: `--users FILE`, or
@@ -77,6 +82,7 @@ pub async fn run(session: FragvecSession, args: &ServeArgs, location: &str) -> R
     config.shutdown_grace = Duration::from_secs(args.shutdown_grace);
     config.authentication = authentication(args)?;
     config.database_name = database_name(location);
+    config.allow_files = AllowedFiles::new(&args.allow_files)?;
     config.tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(TlsFiles {
             cert: cert.clone(),

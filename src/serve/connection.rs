@@ -26,7 +26,7 @@ use pgwire::api::results::{
 };
 use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::PortalStore;
-use pgwire::api::{ClientInfo, ClientPortalStore, DEFAULT_NAME, Type};
+use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionHandle, DEFAULT_NAME, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::extendedquery::{Parse, ParseComplete};
@@ -35,7 +35,7 @@ use tokio::sync::OnceCell;
 
 use super::params;
 use super::pg_catalog;
-use super::run::{Output, Runner, df_error, error_info};
+use super::run::{CancelSignal, Output, Runner, df_error, error_info};
 use super::settings::Settings;
 use super::sqlstate::code;
 use super::transaction::Block;
@@ -51,6 +51,8 @@ pub struct Shared {
     pub database_name: String,
     /// The default `statement_timeout` in milliseconds (0: none).
     pub statement_timeout_ms: u64,
+    /// Where clients may read and write files.
+    pub allow_files: super::files::AllowedFiles,
 }
 
 /// A statement prepared with Parse: its text, and the parameter types this server told the
@@ -115,12 +117,19 @@ impl Connection {
             .map_err(|e| user_error(df_error(&e)))
     }
 
-    async fn run(&self, sql: &str) -> PgWireResult<Vec<Result<Output, ErrorInfo>>> {
+    /// Runs `sql`; `cancel` stops the statement running when it fires.
+    async fn run(
+        &self,
+        sql: &str,
+        cancel: CancelSignal,
+    ) -> PgWireResult<Vec<Result<Output, ErrorInfo>>> {
         let session = self.session().await?;
         let runner = Runner {
             session,
             block: &self.block,
             settings: &self.settings,
+            allow_files: &self.shared.allow_files,
+            cancel: tokio::sync::Mutex::new(cancel),
         };
         Ok(runner.run(sql).await)
     }
@@ -193,7 +202,8 @@ impl SimpleQueryHandler for Connection {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let mut outputs = self.run(query).await?;
+        // pgwire races Query against the connection's cancel request itself.
+        let mut outputs = self.run(query, CancelSignal::never()).await?;
         send_warnings(client, &mut outputs).await?;
         Ok(outputs
             .into_iter()
@@ -361,7 +371,7 @@ impl ExtendedQueryHandler for Connection {
 
     async fn do_describe_portal<C>(
         &self,
-        _client: &mut C,
+        client: &mut C,
         portal: &Portal<Prepared>,
     ) -> PgWireResult<DescribePortalResponse>
     where
@@ -371,7 +381,13 @@ impl ExtendedQueryHandler for Connection {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let sql = bound_sql(portal)?;
-        let mut outputs = self.run(&sql).await?;
+        // The statement runs here, where pgwire does not watch for a cancel request: this
+        // does (Execute, which pgwire watches, then only sends what ran).
+        let cancel = match client.session_extensions().get::<Arc<ConnectionHandle>>() {
+            Some(handle) => CancelSignal::new(handle.start_query().await),
+            None => CancelSignal::never(),
+        };
+        let mut outputs = self.run(&sql, cancel).await?;
         let described = match outputs.first() {
             Some(Ok(Output::Rows(r))) => {
                 let binary = |i| portal.result_column_format.format_for(i) == FieldFormat::Binary;
@@ -413,7 +429,8 @@ impl ExtendedQueryHandler for Connection {
             Some(o) => o,
             None => {
                 let sql = bound_sql(portal)?;
-                let mut outputs = self.run(&sql).await?;
+                // pgwire races Execute against the connection's cancel request itself.
+                let mut outputs = self.run(&sql, CancelSignal::never()).await?;
                 if portal
                     .statement
                     .statement

@@ -15,6 +15,7 @@
 
 pub mod auth;
 pub mod connection;
+pub mod files;
 pub mod params;
 pub mod pg_catalog;
 pub mod run;
@@ -54,6 +55,8 @@ pub struct PgServerConfig {
     pub tls: Option<auth::TlsFiles>,
     /// The database's name as clients see it.
     pub database_name: String,
+    /// Where clients may read files (`CREATE EXTERNAL TABLE`) and write them (`COPY TO`).
+    pub allow_files: files::AllowedFiles,
 }
 
 impl PgServerConfig {
@@ -67,6 +70,7 @@ impl PgServerConfig {
             authentication: Authentication::Trust,
             tls: None,
             database_name: "fragvec".into(),
+            allow_files: files::AllowedFiles::none(),
         }
     }
 }
@@ -125,6 +129,7 @@ impl PgServer {
             root,
             database_name: config.database_name.clone(),
             statement_timeout_ms: config.statement_timeout_ms,
+            allow_files: config.allow_files.clone(),
         });
         Ok(Self {
             listener,
@@ -159,12 +164,6 @@ impl PgServer {
                 }
             };
             let _ = socket.set_nodelay(true);
-            if !plausible_start(&socket).await {
-                // Closed: a first message no client sends (PostgreSQL limits startup packets
-                // to 10,000 bytes), so it is not left waiting for bytes that never come.
-                drop(socket);
-                continue;
-            }
             let Ok(permit) = slots.clone().try_acquire_owned() else {
                 tasks.spawn(refuse(socket, "53300", "sorry, too many clients already"));
                 continue;
@@ -179,6 +178,13 @@ impl PgServer {
             };
             let tls = self.tls.clone();
             tasks.spawn(async move {
+                // Closed at once: a first message no client sends (PostgreSQL limits startup
+                // packets to 10,000 bytes), so it is not left waiting for bytes that never
+                // come. Checked here, not in the accept loop, so a silent client delays
+                // nobody else.
+                if !plausible_start(&socket).await {
+                    return;
+                }
                 // A broken or hostile client ends its own connection, nothing else.
                 let _ = pgwire::tokio::process_socket(socket, tls, handlers).await;
                 drop(permit);

@@ -11,8 +11,10 @@ use std::time::Duration;
 use datafusion::common::DataFusionError;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
+use futures::channel::oneshot;
 use pgwire::error::ErrorInfo;
 
+use super::files::AllowedFiles;
 use super::pg_catalog;
 use super::settings::{self, SettingStatement, Settings};
 use super::sqlstate::{self, code};
@@ -53,6 +55,51 @@ pub struct Runner<'a> {
     pub session: &'a FragvecSession,
     pub block: &'a std::sync::Mutex<Block>,
     pub settings: &'a std::sync::Mutex<Settings>,
+    /// Where the statements may read and write files.
+    pub allow_files: &'a AllowedFiles,
+    /// Fires when the client's cancel request arrives (held across the statement's await).
+    pub cancel: tokio::sync::Mutex<CancelSignal>,
+}
+
+/// The cancel request of one Query or Execute: pgwire's connection handle fires it when a
+/// CancelRequest with the connection's pid and secret key arrives.
+pub struct CancelSignal {
+    receiver: Option<oneshot::Receiver<()>>,
+    fired: bool,
+}
+
+impl CancelSignal {
+    pub fn new(receiver: oneshot::Receiver<()>) -> Self {
+        Self {
+            receiver: Some(receiver),
+            fired: false,
+        }
+    }
+
+    /// A signal that never fires (a connection nobody can cancel).
+    pub fn never() -> Self {
+        Self {
+            receiver: None,
+            fired: false,
+        }
+    }
+
+    /// Resolves when the cancel request has arrived (at once, once it has); never, if none
+    /// will.
+    pub async fn fired(&mut self) {
+        if self.fired {
+            return;
+        }
+        if let Some(receiver) = self.receiver.as_mut() {
+            // An error means the sender was dropped without a request: nothing will come.
+            if receiver.await.is_ok() {
+                self.fired = true;
+                return;
+            }
+            self.receiver = None;
+        }
+        std::future::pending::<()>().await
+    }
 }
 
 impl Runner<'_> {
@@ -150,6 +197,16 @@ impl Runner<'_> {
         if let Err(e) = self.block.lock().expect("lock").admit() {
             return Err(error_info(e.sqlstate, e.message));
         }
+        if let Err(e) = self.allow_files.check(&statement) {
+            self.block.lock().expect("lock").failed();
+            return Err(error_info(code::INSUFFICIENT_PRIVILEGE, e));
+        }
+        // A statement stopped by dropping this future (pgwire's cancel of a Query or
+        // Execute) fails the block as an error would.
+        let mut unfinished = FailBlockIfDropped {
+            block: self.block,
+            armed: true,
+        };
         let kind = Kind::of(&statement);
         // What a refused ROLLBACK will list: only a write inside a block needs it.
         let text = (kind.writes() && self.block.lock().expect("lock").is_open())
@@ -159,18 +216,31 @@ impl Runner<'_> {
             pg_catalog::prepare(self.session, sql, &mut statement).await?;
             self.session.execute(statement).await
         };
-        let result = match timeout {
-            Some(limit) if limit > Duration::ZERO => {
-                match tokio::time::timeout(limit, outcome).await {
-                    Ok(r) => r.map_err(|e| df_error(&e)),
-                    Err(_) => Err(error_info(
-                        code::QUERY_CANCELED,
-                        "canceling statement due to statement timeout",
-                    )),
+        let limited = async {
+            match timeout {
+                Some(limit) if limit > Duration::ZERO => {
+                    match tokio::time::timeout(limit, outcome).await {
+                        Ok(r) => r.map_err(|e| df_error(&e)),
+                        Err(_) => Err(error_info(
+                            code::QUERY_CANCELED,
+                            "canceling statement due to statement timeout",
+                        )),
+                    }
                 }
+                _ => outcome.await.map_err(|e| df_error(&e)),
             }
-            _ => outcome.await.map_err(|e| df_error(&e)),
         };
+        // Dropping the statement's future on cancel drops its streams, which stops its work.
+        let mut cancel = self.cancel.lock().await;
+        let result = tokio::select! {
+            r = limited => r,
+            _ = cancel.fired() => Err(error_info(
+                code::QUERY_CANCELED,
+                "canceling statement due to user request",
+            )),
+        };
+        drop(cancel);
+        unfinished.armed = false;
         let mut block = self.block.lock().expect("lock");
         match result {
             Ok(result) => {
@@ -183,6 +253,23 @@ impl Runner<'_> {
                 block.failed();
                 Err(e)
             }
+        }
+    }
+}
+
+/// Marks the transaction block failed when dropped armed: a statement whose future was
+/// dropped before it finished.
+struct FailBlockIfDropped<'a> {
+    block: &'a std::sync::Mutex<Block>,
+    armed: bool,
+}
+
+impl Drop for FailBlockIfDropped<'_> {
+    fn drop(&mut self) {
+        if self.armed
+            && let Ok(mut block) = self.block.lock()
+        {
+            block.failed();
         }
     }
 }

@@ -1,70 +1,24 @@
-//! Enough of PostgreSQL's catalog for clients: psql's `\d` family, psycopg's and asyncpg's
-//! type lookups (`TypeInfo.fetch(conn, 'vector')` runs `... WHERE t.oid = 'vector'::regtype`),
-//! pgvector's `register_vector`.
-//!
-//! * Tables: `pg_type` (the built-in types clients ask for, and pgvector's `vector`, `halfvec`,
-//!   `sparsevec` with stable OIDs), `pg_namespace`, `pg_database`, `pg_am`, `pg_extension`,
-//!   `pg_settings`, and `pg_class` / `pg_attribute` / `pg_tables` built from the session's tables
-//!   when a statement reads them. Registered in a `pg_catalog` schema and, as PostgreSQL
-//!   searches `pg_catalog` first, under their bare names too.
-//! * Functions: `format_type`, `pg_table_is_visible`, `pg_get_userbyid`, `obj_description`,
-//!   `current_database`, `version`, ... answering as a single-database, single-owner server.
-//! * Rewrites of what DataFusion does not plan: `'name'::regtype` / `::regclass` (to OIDs),
-//!   `oid::regtype::text` (to the type's name), `OPERATOR(pg_catalog.~)`, `COLLATE ...`, and
-//!   function names qualified with `pg_catalog.`.
+//! The catalog's rows: the fixed tables (`pg_type` and the single-database, single-owner
+//! answers of `pg_namespace`, `pg_database`, ...) and `pg_class` / `pg_attribute` /
+//! `pg_tables` built from a session's tables.
 
-use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, BooleanArray, Int16Array, Int32Array, Int64Array, RecordBatch, StringArray,
+    ArrayRef, BooleanArray, Int16Array, Int32Array, Int64Array, RecordBatch, StringArray,
 };
-use datafusion::arrow::datatypes::{DataType, Field, Schema};
-use datafusion::catalog::{MemorySchemaProvider, SchemaProvider};
-use datafusion::common::{Result, ScalarValue, exec_err};
-use datafusion::datasource::MemTable;
-use datafusion::logical_expr::{ColumnarValue, Volatility, create_udf};
-use datafusion::sql::parser::Statement as DFStatement;
-use datafusion::sql::sqlparser::ast::{
-    BinaryOperator, CastKind, DataType as SqlType, Expr, FunctionArg, FunctionArgExpr,
-    FunctionArguments, Value, VisitMut, VisitorMut,
-};
+use datafusion::arrow::datatypes::{Field, Schema};
+use datafusion::common::Result;
 
-use super::types::{
+use super::{OWNER, PG_CATALOG_NS, PUBLIC_NS, TABLES};
+use crate::FragvecSession;
+use crate::serve::types::{
     HALFVEC_ARRAY_OID, HALFVEC_OID, SPARSEVEC_ARRAY_OID, SPARSEVEC_OID, VECTOR_ARRAY_OID,
     VECTOR_OID, pg_type,
 };
-use crate::FragvecSession;
-use crate::sql::FragvecStatement;
-use crate::sql::vector_syntax::call;
-
-const PG_CATALOG_NS: i64 = 11;
-const PUBLIC_NS: i64 = 2200;
-const OWNER: i64 = 10;
-/// The tables this module answers for (bare names are session tables of each connection).
-const TABLES: &[&str] = &[
-    "pg_type",
-    "pg_namespace",
-    "pg_database",
-    "pg_am",
-    "pg_extension",
-    "pg_settings",
-    "pg_class",
-    "pg_attribute",
-    "pg_tables",
-    "pg_index",
-    "pg_description",
-    "pg_range",
-    "pg_roles",
-    "pg_user",
-    "pg_collation",
-    "pg_inherits",
-    "pg_constraint",
-    "pg_proc",
-];
 
 /// One `pg_type` row: oid, name, typlen, category, element type, array type, namespace.
-struct TypeRow {
+pub(super) struct TypeRow {
     oid: i64,
     name: &'static str,
     len: i16,
@@ -109,7 +63,7 @@ const fn ext(oid: i64, name: &'static str, array: i64) -> TypeRow {
 }
 
 /// The types `pg_type` lists.
-const TYPES: &[TypeRow] = &[
+pub(super) const TYPES: &[TypeRow] = &[
     t(16, "bool", 1, "B", 1000),
     t(17, "bytea", -1, "U", 1001),
     t(18, "char", 1, "Z", 1002),
@@ -294,7 +248,13 @@ fn batch(columns: Vec<(&str, ArrayRef)>) -> Result<RecordBatch> {
             } else {
                 return f;
             };
-            f.with_metadata([(super::types::PG_TYPE_METADATA.to_string(), kind.to_string())].into())
+            f.with_metadata(
+                [(
+                    crate::serve::types::PG_TYPE_METADATA.to_string(),
+                    kind.to_string(),
+                )]
+                .into(),
+            )
         })
         .collect();
     Ok(RecordBatch::try_new(
@@ -320,6 +280,15 @@ fn bools(v: impl IntoIterator<Item = bool>) -> ArrayRef {
 }
 fn null_strs(n: usize) -> ArrayRef {
     Arc::new(StringArray::from(vec![None::<&str>; n]))
+}
+
+/// `n` NULL access-control lists (`aclitem[]`, as text lists: no grants are kept).
+fn null_acls(n: usize) -> ArrayRef {
+    let item = Arc::new(Field::new_list_field(
+        datafusion::arrow::datatypes::DataType::Utf8,
+        true,
+    ));
+    Arc::new(datafusion::arrow::array::ListArray::new_null(item, n))
 }
 
 fn pg_type_batch() -> Result<RecordBatch> {
@@ -398,7 +367,7 @@ fn pg_type_batch() -> Result<RecordBatch> {
 }
 
 /// The catalog tables that do not depend on the database's tables.
-fn static_tables(
+pub(super) fn static_tables(
     database: &str,
     settings: &[(String, String)],
 ) -> Result<Vec<(&'static str, RecordBatch)>> {
@@ -413,7 +382,7 @@ fn static_tables(
                     strs(["pg_catalog", "public", "information_schema"]),
                 ),
                 ("nspowner", i64s([OWNER; 3])),
-                ("nspacl", null_strs(3)),
+                ("nspacl", null_acls(3)),
             ])?,
         ),
         (
@@ -431,7 +400,7 @@ fn static_tables(
                 ("datallowconn", bools([true])),
                 ("datconnlimit", i32s([-1])),
                 ("dattablespace", i64s([1663])),
-                ("datacl", null_strs(1)),
+                ("datacl", null_acls(1)),
             ])?,
         ),
         (
@@ -500,11 +469,12 @@ fn static_tables(
             ])?,
         ),
         (
+            // No collations: strings compare by their bytes (every attcollation is 0).
             "pg_collation",
             batch(vec![
-                ("oid", i64s([100])),
-                ("collname", strs(["default"])),
-                ("collnamespace", i64s([PG_CATALOG_NS])),
+                ("oid", i64s([])),
+                ("collname", strs(Vec::<&str>::new())),
+                ("collnamespace", i64s([])),
             ])?,
         ),
         (
@@ -550,7 +520,9 @@ fn static_tables(
 }
 
 /// `pg_class`, `pg_attribute` and `pg_tables` of the session's tables (views too).
-async fn table_tables(session: &FragvecSession) -> Result<Vec<(&'static str, RecordBatch)>> {
+pub(super) async fn table_tables(
+    session: &FragvecSession,
+) -> Result<Vec<(&'static str, RecordBatch)>> {
     let ctx = session.context();
     let state = ctx.state();
     let options = state.config_options();
@@ -625,7 +597,8 @@ async fn table_tables(session: &FragvecSession) -> Result<Vec<(&'static str, Rec
                 ("relreplident", strs(vec!["d"; n])),
                 ("reltablespace", i64s(vec![0; n])),
                 ("reloftype", i64s(vec![0; n])),
-                ("relacl", null_strs(n)),
+                ("reltoastrelid", i64s(vec![0; n])),
+                ("relacl", null_acls(n)),
                 ("reloptions", null_strs(n)),
                 ("relpartbound", null_strs(n)),
             ])?,
@@ -682,411 +655,9 @@ async fn table_tables(session: &FragvecSession) -> Result<Vec<(&'static str, Rec
     ])
 }
 
-/// Registers `tables` in the `pg_catalog` schema and under their bare names.
-fn register(session: &FragvecSession, tables: Vec<(&'static str, RecordBatch)>) -> Result<()> {
-    let ctx = session.context();
-    let default_catalog = ctx.state().config_options().catalog.default_catalog.clone();
-    let catalog = ctx
-        .catalog(&default_catalog)
-        .ok_or_else(|| datafusion::common::plan_datafusion_err!("no default catalog"))?;
-    let pg_catalog = match catalog.schema("pg_catalog") {
-        Some(s) => s,
-        None => {
-            let s: Arc<dyn SchemaProvider> = Arc::new(MemorySchemaProvider::new());
-            catalog.register_schema("pg_catalog", s.clone())?;
-            s
-        }
-    };
-    for (name, batch) in tables {
-        let table = Arc::new(MemTable::try_new(batch.schema(), vec![vec![batch]])?);
-        pg_catalog.deregister_table(name)?;
-        pg_catalog.register_table(name.to_string(), table.clone())?;
-        ctx.register_table(name, table)?;
-    }
-    Ok(())
-}
-
-/// Installs the catalog and its functions in a connection's session.
-pub fn install(
-    session: &FragvecSession,
-    database: &str,
-    settings: &[(String, String)],
-) -> Result<()> {
-    register(session, static_tables(database, settings)?)?;
-    register_functions(session, database);
-    Ok(())
-}
-
-/// Gets a statement ready to run: catalog rewrites, and fresh `pg_class` / `pg_attribute`
-/// when it reads them.
-/// `sql`: the text the statement came from, to tell cheaply whether it is a catalog query
-/// (rendering the statement again would cost a KNN query its whole vector's text).
-pub async fn prepare(
-    session: &FragvecSession,
-    sql: &str,
-    statement: &mut FragvecStatement,
-) -> Result<()> {
-    let FragvecStatement::DataFusion(s) = statement else {
-        return Ok(());
-    };
-    let DFStatement::Statement(inner) = s.as_mut() else {
-        return Ok(());
-    };
-    let text = sql.to_ascii_lowercase();
-    if !(text.contains("pg_")
-        || text.contains("reg")
-        || text.contains("operator(")
-        || text.contains("collate"))
-    {
-        return Ok(());
-    }
-    let _ = inner.visit(&mut Rewrite);
-    if ["pg_class", "pg_attribute", "pg_tables"]
-        .iter()
-        .any(|t| text.contains(t))
-    {
-        register(session, table_tables(session).await?)?;
-    }
-    Ok(())
-}
-
-/// The catalog rewrites (see the module documentation).
-struct Rewrite;
-
-fn is_call(e: &Expr, name: &str) -> bool {
-    matches!(e, Expr::Function(f) if f.name.to_string() == name)
-}
-
-/// The last part of a custom type's name, lower-cased (`pg_catalog.regtype` → `regtype`).
-fn custom_type(dt: &SqlType) -> Option<String> {
-    match dt {
-        SqlType::Custom(name, _) => name
-            .0
-            .last()
-            .map(|p| p.to_string().trim_matches('"').to_ascii_lowercase()),
-        SqlType::Regclass => Some("regclass".into()),
-        _ => None,
-    }
-}
-
-fn is_text_type(dt: &SqlType) -> bool {
-    matches!(dt, SqlType::Text | SqlType::Varchar(_) | SqlType::String(_))
-        || custom_type(dt).is_some_and(|n| n == "text" || n == "name")
-}
-
-impl VisitorMut for Rewrite {
-    type Break = ();
-
-    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
-        match expr {
-            Expr::Cast {
-                expr: inner,
-                data_type,
-                ..
-            } => {
-                let inner_expr = std::mem::replace(inner.as_mut(), Expr::Value(Value::Null.into()));
-                let is_literal = matches!(&inner_expr, Expr::Value(v) if matches!(v.value, Value::SingleQuotedString(_)));
-                let custom = custom_type(data_type);
-                *expr = match custom.as_deref() {
-                    Some("regtype") if is_literal => call("fv_regtype", vec![inner_expr]),
-                    Some("regclass") if is_literal => call("fv_regclass", vec![inner_expr]),
-                    Some(
-                        "regtype" | "regclass" | "oid" | "regproc" | "regnamespace" | "regrole",
-                    ) => bigint(inner_expr),
-                    Some("name" | "char" | "bpchar") => text(inner_expr),
-                    _ if is_text_type(data_type) && is_call(&inner_expr, "fv_regtype") => {
-                        call("fv_type_name", vec![inner_expr])
-                    }
-                    _ if is_text_type(data_type) && is_call(&inner_expr, "fv_oid") => {
-                        // `oid::regtype::text`
-                        let Expr::Function(f) = &inner_expr else {
-                            unreachable!()
-                        };
-                        let FunctionArguments::List(l) = &f.args else {
-                            unreachable!()
-                        };
-                        let FunctionArg::Unnamed(FunctionArgExpr::Expr(arg)) = &l.args[0] else {
-                            unreachable!()
-                        };
-                        call("fv_type_name", vec![arg.clone()])
-                    }
-                    _ => {
-                        *inner.as_mut() = inner_expr;
-                        return ControlFlow::Continue(());
-                    }
-                };
-            }
-            Expr::BinaryOp { op, .. } => {
-                if let BinaryOperator::PGCustomBinaryOperator(parts) = op
-                    && let Some(last) = parts.last()
-                {
-                    let mapped = match last.as_str() {
-                        "~" => Some(BinaryOperator::PGRegexMatch),
-                        "~*" => Some(BinaryOperator::PGRegexIMatch),
-                        "!~" => Some(BinaryOperator::PGRegexNotMatch),
-                        "!~*" => Some(BinaryOperator::PGRegexNotIMatch),
-                        "=" => Some(BinaryOperator::Eq),
-                        "<>" => Some(BinaryOperator::NotEq),
-                        _ => None,
-                    };
-                    if let Some(m) = mapped {
-                        *op = m;
-                    }
-                }
-            }
-            Expr::Collate { expr: inner, .. } => {
-                *expr = std::mem::replace(inner.as_mut(), Expr::Value(Value::Null.into()));
-            }
-            Expr::Function(f)
-                if f.name.0.len() == 2
-                    && f.name.0[0].to_string().eq_ignore_ascii_case("pg_catalog") =>
-            {
-                f.name.0.remove(0);
-            }
-            _ => {}
-        }
-        ControlFlow::Continue(())
-    }
-}
-
-/// `CAST(e AS BIGINT)`, marked so an outer `::text` can tell it was an OID cast.
-fn bigint(e: Expr) -> Expr {
-    call("fv_oid", vec![e])
-}
-
-fn text(e: Expr) -> Expr {
-    Expr::Cast {
-        kind: CastKind::Cast,
-        expr: Box::new(e),
-        data_type: SqlType::Text,
-        array: false,
-        format: None,
-    }
-}
-
-/// The catalog's functions.
-fn register_functions(session: &FragvecSession, database: &str) {
-    use DataType::{Boolean, Int32, Int64, Utf8};
-    let ctx = session.context();
-    let scalar = |v: ScalarValue| Ok(ColumnarValue::Scalar(v));
-    let database = database.to_string();
-    let version = format!(
-        "PostgreSQL {} (fragvec {}, DataFusion 55)",
-        super::settings::SERVER_VERSION,
-        env!("CARGO_PKG_VERSION")
-    );
-    let constant = |name: &str, inputs: Vec<DataType>, value: ScalarValue| {
-        let ty = value.data_type();
-        create_udf(
-            name,
-            inputs,
-            ty,
-            Volatility::Stable,
-            Arc::new(move |_: &[ColumnarValue]| scalar(value.clone())),
-        )
-    };
-    for udf in [
-        constant(
-            "current_database",
-            vec![],
-            ScalarValue::Utf8(Some(database)),
-        ),
-        constant("version", vec![], ScalarValue::Utf8(Some(version))),
-        constant(
-            "pg_backend_pid",
-            vec![],
-            ScalarValue::Int32(Some(std::process::id() as i32)),
-        ),
-        constant(
-            "pg_table_is_visible",
-            vec![Int64],
-            ScalarValue::Boolean(Some(true)),
-        ),
-        constant(
-            "pg_type_is_visible",
-            vec![Int64],
-            ScalarValue::Boolean(Some(true)),
-        ),
-        constant(
-            "pg_get_userbyid",
-            vec![Int64],
-            ScalarValue::Utf8(Some("fragvec".into())),
-        ),
-        constant(
-            "obj_description",
-            vec![Int64, Utf8],
-            ScalarValue::Utf8(None),
-        ),
-        constant(
-            "col_description",
-            vec![Int64, Int32],
-            ScalarValue::Utf8(None),
-        ),
-        constant(
-            "shobj_description",
-            vec![Int64, Utf8],
-            ScalarValue::Utf8(None),
-        ),
-        constant(
-            "pg_encoding_to_char",
-            vec![Int32],
-            ScalarValue::Utf8(Some("UTF8".into())),
-        ),
-        constant("pg_get_expr", vec![Utf8, Int64], ScalarValue::Utf8(None)),
-        constant("pg_get_indexdef", vec![Int64], ScalarValue::Utf8(None)),
-        constant("pg_table_size", vec![Int64], ScalarValue::Int64(None)),
-        constant(
-            "pg_total_relation_size",
-            vec![Int64],
-            ScalarValue::Int64(None),
-        ),
-        constant("pg_relation_size", vec![Int64], ScalarValue::Int64(None)),
-        constant("pg_size_pretty", vec![Int64], ScalarValue::Utf8(None)),
-        constant(
-            "has_table_privilege",
-            vec![Utf8, Utf8],
-            ScalarValue::Boolean(Some(true)),
-        ),
-        constant(
-            "has_schema_privilege",
-            vec![Utf8, Utf8],
-            ScalarValue::Boolean(Some(true)),
-        ),
-        constant(
-            "has_database_privilege",
-            vec![Utf8, Utf8],
-            ScalarValue::Boolean(Some(true)),
-        ),
-        map_udf("fv_regtype", Utf8, Int64, |v| match v {
-            ScalarValue::Utf8(Some(name)) => match type_oid(&name) {
-                Some(oid) => Ok(ScalarValue::Int64(Some(oid))),
-                None => exec_err!("type \"{name}\" does not exist"),
-            },
-            _ => Ok(ScalarValue::Int64(None)),
-        }),
-        map_udf("to_regtype", Utf8, Int64, |v| match v {
-            ScalarValue::Utf8(Some(name)) => Ok(ScalarValue::Int64(type_oid(&name))),
-            _ => Ok(ScalarValue::Int64(None)),
-        }),
-        map_udf("fv_regclass", Utf8, Int64, |v| match v {
-            ScalarValue::Utf8(Some(name)) => {
-                let bare = name
-                    .trim()
-                    .trim_start_matches("public.")
-                    .trim_matches('"')
-                    .to_string();
-                Ok(ScalarValue::Int64(Some(table_oid(&bare))))
-            }
-            _ => Ok(ScalarValue::Int64(None)),
-        }),
-        map_udf("fv_oid", Int64, Int64, Ok),
-        map_udf("fv_type_name", Int64, Utf8, |v| match v {
-            ScalarValue::Int64(Some(oid)) => Ok(ScalarValue::Utf8(Some(
-                type_name(oid)
-                    .map(str::to_string)
-                    .unwrap_or_else(|| oid.to_string()),
-            ))),
-            _ => Ok(ScalarValue::Utf8(None)),
-        }),
-    ] {
-        ctx.register_udf(udf);
-    }
-    ctx.register_udf(create_udf(
-        "format_type",
-        vec![Int64, Int32],
-        Utf8,
-        Volatility::Stable,
-        Arc::new(|args: &[ColumnarValue]| {
-            let n = args.iter().find_map(|a| match a {
-                ColumnarValue::Array(a) => Some(a.len()),
-                _ => None,
-            });
-            let arrays: Vec<ArrayRef> = args
-                .iter()
-                .map(|a| a.to_array(n.unwrap_or(1)))
-                .collect::<Result<_>>()?;
-            let oids = arrays[0]
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .expect("Int64");
-            let mods = arrays[1]
-                .as_any()
-                .downcast_ref::<Int32Array>()
-                .expect("Int32");
-            let out: StringArray = (0..oids.len())
-                .map(|i| {
-                    (!oids.is_null(i)).then(|| {
-                        format_type(oids.value(i), (!mods.is_null(i)).then(|| mods.value(i)))
-                    })
-                })
-                .collect();
-            let out: ArrayRef = Arc::new(out);
-            Ok(match n {
-                Some(_) => ColumnarValue::Array(out),
-                None => ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?),
-            })
-        }),
-    ));
-    let _ = Boolean;
-}
-
-/// `format_type(oid, typmod)` as psql shows a column's type.
-pub fn format_type(oid: i64, typmod: Option<i32>) -> String {
-    let m = typmod.filter(|m| *m >= 0);
-    match (oid, m) {
-        (o, Some(n)) if o == VECTOR_OID as i64 => format!("vector({n})"),
-        (20, _) => "bigint".into(),
-        (21, _) => "smallint".into(),
-        (23, _) => "integer".into(),
-        (16, _) => "boolean".into(),
-        (700, _) => "real".into(),
-        (701, _) => "double precision".into(),
-        (1043, _) => "character varying".into(),
-        (1114, _) => "timestamp without time zone".into(),
-        (1184, _) => "timestamp with time zone".into(),
-        (1021, _) => "real[]".into(),
-        (1022, _) => "double precision[]".into(),
-        (1016, _) => "bigint[]".into(),
-        (1007, _) => "integer[]".into(),
-        (1009, _) => "text[]".into(),
-        (o, _) => type_name(o)
-            .map(str::to_string)
-            .unwrap_or_else(|| "???".into()),
-    }
-}
-
-/// A one-argument function mapping each value with `f`.
-fn map_udf(
-    name: &str,
-    input: DataType,
-    output: DataType,
-    f: fn(ScalarValue) -> Result<ScalarValue>,
-) -> datafusion::logical_expr::ScalarUDF {
-    let out_type = output.clone();
-    create_udf(
-        name,
-        vec![input],
-        output,
-        Volatility::Immutable,
-        Arc::new(move |args: &[ColumnarValue]| match &args[0] {
-            ColumnarValue::Scalar(v) => Ok(ColumnarValue::Scalar(f(v.clone())?)),
-            ColumnarValue::Array(a) => {
-                let values = (0..a.len())
-                    .map(|i| ScalarValue::try_from_array(a, i).and_then(f))
-                    .collect::<Result<Vec<_>>>()?;
-                if values.is_empty() {
-                    return Ok(ColumnarValue::Array(
-                        datafusion::arrow::array::new_empty_array(&out_type),
-                    ));
-                }
-                Ok(ColumnarValue::Array(ScalarValue::iter_to_array(values)?))
-            }
-        }),
-    )
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::format_type;
     use super::*;
 
     #[test]
@@ -1119,26 +690,5 @@ mod tests {
                 t.name
             );
         }
-    }
-
-    #[tokio::test]
-    async fn psycopg_type_lookup_runs() {
-        let s = FragvecSession::open("memory://pg-catalog-test")
-            .await
-            .unwrap();
-        install(&s, "db", &[]).unwrap();
-        let sql = "SELECT typname AS name, oid, typarray AS array_oid, oid::regtype::text AS alt_name, \
-                   typdelim AS delimiter FROM pg_type t WHERE t.oid = 'vector'::regtype ORDER BY t.oid";
-        let mut st = s.parse(sql).unwrap().remove(0);
-        prepare(&s, sql, &mut st).await.unwrap();
-        let r = s.execute(st).await.unwrap();
-        let b = &r.batches[0];
-        assert_eq!(b.num_rows(), 1);
-        let alt = b.column(3).as_any().downcast_ref::<StringArray>().unwrap();
-        assert_eq!(alt.value(0), "vector");
-        let missing_sql = "SELECT 'nope'::regtype";
-        let mut missing = s.parse(missing_sql).unwrap().remove(0);
-        prepare(&s, missing_sql, &mut missing).await.unwrap();
-        assert!(s.execute(missing).await.is_err());
     }
 }
