@@ -1,5 +1,5 @@
 //! Two real writers race for every pair of operations of the conflict matrix (see the
-//! README and `src/format/commit/conflict/matrix.rs`), on a real table in a local directory.
+//! docs/concurrency.md and `src/format/commit/conflict/matrix.rs`), on a real table in a local directory.
 //!
 //! The interleaving is forced, not hoped for: ours runs on a session whose store holds back
 //! its manifest put ([`gate`]); while it waits, the winner's statement runs and commits;

@@ -15,7 +15,7 @@
 //!
 //! Row order: a query whose plan is split returns its rows in no particular order without
 //! ORDER BY; a plain `SELECT` without aggregates, joins or sorts is not split (nothing to
-//! gain) and keeps the table's logical order. See README "Scaling out".
+//! gain) and keeps the table's logical order. See docs/scaling-out.md.
 
 pub mod codec;
 pub mod coordinator;

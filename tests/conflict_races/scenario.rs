@@ -208,7 +208,7 @@ impl Model {
 }
 
 /// Whether committing `ours` after `winner` must fail with a retryable conflict (the
-/// README's conflict matrix, for this table).
+/// conflict matrix in docs/concurrency.md, for this table).
 pub fn must_conflict(winner: Op, ours: Op, relation: Relation) -> bool {
     use Op::*;
     let same_rows = relation == Relation::SameRows;

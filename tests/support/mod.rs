@@ -40,7 +40,7 @@ pub fn skip(test: &str) -> Result<(), String> {
         ));
     }
     eprintln!(
-        "{test}: skipped on S3: FRAGVEC_TEST_S3 not set (start moto with .ci/s3-server or see README)"
+        "{test}: skipped on S3: FRAGVEC_TEST_S3 not set (start moto with .ci/s3-server or see docs/object-storage.md)"
     );
     Ok(())
 }

@@ -325,7 +325,7 @@ fn decided() -> Vec<(Op, Op, [Outcome; 3])> {
 }
 
 /// If this fails, a conflict rule changed: the failing cells are listed; change the table
-/// (and the README's matrix) only if the change was meant.
+/// (and the matrix in docs/concurrency.md) only if the change was meant.
 #[test]
 fn conflict_matrix() {
     let expected = expected::EXPECTED;

@@ -3,7 +3,7 @@
 //! same fragments other rows, disjoint fragments — `R` (rebased: both land) or `C(reason)`
 //! (a retryable conflict: the statement re-reads and runs again).
 //!
-//! Why the conflicts are needed (the README's matrix says the same in short):
+//! Why the conflicts are needed (docs/concurrency.md's matrix says the same in short):
 //! * rows a winner deleted or moved are rows ours read: deleting or updating them again
 //!   would act on dead rows (`RowsDeletedByWinner`);
 //! * a fragment rewritten in place (update by columns) or removed (COMPACT, RECLUSTER) since
