@@ -61,6 +61,16 @@ struct Args {
     /// Query the database a `--keep` run left (no load, no index build) when it exists.
     #[arg(long)]
     reuse: bool,
+    /// Concurrent query streams of the throughput run (each a session of its own sharing
+    /// the database and index cache, as `fragvec serve`'s connections do); empty skips it.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 4, 16])]
+    concurrency: Vec<usize>,
+    /// nprobes of the throughput run.
+    #[arg(long, default_value_t = 4)]
+    concurrency_nprobes: usize,
+    /// Seconds each throughput point measures (after a one-second warm-up).
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
     /// Also time each phase of the `SessionContext::sql` path (parse, logical plan, analyze
     /// and optimize, physical plan, execute), p50 over the queries, to stderr.
     #[arg(long)]
@@ -294,6 +304,49 @@ async fn run_queries(
     })
 }
 
+/// Queries per second of `streams` concurrent query loops, each on a session of its own
+/// (made with `new_sharing`, as each `fragvec serve` connection is) on a tokio task, cycling
+/// through the queries from a different start.
+async fn throughput(
+    session: &FragvecSession,
+    work: &Workload,
+    streams: usize,
+    nprobes: usize,
+    seconds: f64,
+) -> Result<f64> {
+    let sql: std::sync::Arc<Vec<String>> =
+        std::sync::Arc::new(work.queries.iter().map(|q| knn_sql(q, "", false)).collect());
+    let mut tasks = tokio::task::JoinSet::new();
+    let start = Instant::now() + Duration::from_secs(1);
+    let end = start + Duration::from_secs_f64(seconds);
+    for stream in 0..streams {
+        let own = session.new_sharing().await?;
+        own.sql(&format!("SET fragvec.nprobes = {nprobes}")).await?;
+        let sql = sql.clone();
+        tasks.spawn(async move {
+            let mut done = 0u64;
+            let mut i = stream * 13;
+            loop {
+                let now = Instant::now();
+                if now >= end {
+                    break;
+                }
+                own.sql_one(&sql[i % sql.len()]).await?;
+                if now >= start {
+                    done += 1;
+                }
+                i += 1;
+            }
+            Ok::<u64, datafusion::error::DataFusionError>(done)
+        });
+    }
+    let mut total = 0;
+    while let Some(done) = tasks.join_next().await {
+        total += done.expect("query stream panicked")?;
+    }
+    Ok(total as f64 / seconds)
+}
+
 /// Peak and current resident memory of this process (`VmHWM`, `VmRSS`), in bytes.
 fn memory() -> (u64, u64) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -403,6 +456,21 @@ async fn main() -> Result<()> {
     report.queries("ivf via SessionContext::sql", Some(16), &m);
     let m = run_queries(&session, &work, false, usize::MAX, FrontEnd::ContextText).await?;
     report.queries("ivf via SessionContext::sql, text", Some(16), &m);
+    for &streams in &args.concurrency {
+        let qps = throughput(
+            &session,
+            &work,
+            streams,
+            args.concurrency_nprobes,
+            args.seconds,
+        )
+        .await?;
+        report.value(
+            &format!("qps streams={streams} nprobes={}", args.concurrency_nprobes),
+            qps,
+            "queries/s",
+        );
+    }
     if args.plan_phases {
         for text in [false, true] {
             plan_phases(&session, &work, text).await?;

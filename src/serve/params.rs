@@ -349,12 +349,14 @@ fn numeric_literal(t: &str) -> Option<String> {
     (ok_mantissa && ok_exponent).then(|| t.to_string())
 }
 
-/// A pgvector value as a vector literal, `'[1,2.5]'::VECTOR`: each `f32` printed so it
+/// A pgvector value as a vector literal, `[1,2.5]::VECTOR`: each `f32` printed so it
 /// reads back to the same bits. The cast makes it a vector wherever it goes: a distance
 /// (served by the index like any vector literal) or an INSERT into a `VECTOR(n)` column.
+/// Written as an array, not as text, so that the session's statement shapes see it: the
+/// next execution with another vector runs on the kept plan without a parse.
 /// pgvector refuses NaN and infinite elements; so does the server.
 fn vector_literal(values: impl Iterator<Item = f32>) -> Result<String, ParamError> {
-    let mut out = String::from("'[");
+    let mut out = String::from("[");
     for (i, v) in values.enumerate() {
         if !v.is_finite() {
             return Err(ParamError::invalid(format!(
@@ -367,7 +369,7 @@ fn vector_literal(values: impl Iterator<Item = f32>) -> Result<String, ParamErro
         }
         out.push_str(&v.to_string());
     }
-    out.push_str("]'::VECTOR");
+    out.push_str("]::VECTOR");
     Ok(out)
 }
 
@@ -436,7 +438,7 @@ mod tests {
     fn vectors_in_both_formats() {
         let ty = types::vector_type();
         let text = literal(&ty, FieldFormat::Text, Some(b"[1, 2.5,-3]")).unwrap();
-        assert_eq!(text, "'[1,2.5,-3]'::VECTOR");
+        assert_eq!(text, "[1,2.5,-3]::VECTOR");
         let mut bin = vec![0, 3, 0, 0];
         for v in [1.0f32, 2.5, -3.0] {
             bin.extend_from_slice(&v.to_be_bytes());
@@ -473,7 +475,7 @@ mod tests {
         #[test]
         fn vector_elements_round_trip(v in proptest::collection::vec(-1e30f32..1e30f32, 1..20)) {
             let lit = vector_literal(v.iter().copied()).unwrap();
-            let text = lit.strip_prefix('\'').unwrap().strip_suffix("'::VECTOR").unwrap();
+            let text = lit.strip_suffix("::VECTOR").unwrap();
             let parsed = crate::sql::vector_syntax::parse_vector_text(text).unwrap();
             let back: Vec<f32> = parsed.into_iter().map(|x| x as f32).collect();
             prop_assert_eq!(back, v);

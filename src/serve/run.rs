@@ -111,6 +111,10 @@ impl Runner<'_> {
         if let Some(out) = self.special(sql) {
             return vec![out];
         }
+        // A KNN text whose shape ran before: its kept plan answers without a parse.
+        if let Some(out) = self.known_shape(sql).await {
+            return vec![out];
+        }
         let statements = match self.session.parse(sql) {
             Ok(s) => s,
             Err(e) => {
@@ -125,9 +129,9 @@ impl Runner<'_> {
             let out = match &statement {
                 FragvecStatement::DataFusion(s) if several => match self.special(&s.to_string()) {
                     Some(out) => out,
-                    None => self.execute(sql, statement).await,
+                    None => self.execute(sql, statement, false).await,
                 },
-                _ => self.execute(sql, statement).await,
+                _ => self.execute(sql, statement, !several).await,
             };
             let failed = out.is_err();
             outputs.push(out);
@@ -188,11 +192,13 @@ impl Runner<'_> {
         })
     }
 
-    /// Runs one statement through the session, under the statement timeout.
+    /// Runs one statement through the session, under the statement timeout. `alone`: the
+    /// statement is all of `sql`.
     async fn execute(
         &self,
         sql: &str,
         mut statement: FragvecStatement,
+        alone: bool,
     ) -> Result<Output, ErrorInfo> {
         if let Err(e) = self.block.lock().expect("lock").admit() {
             return Err(error_info(e.sqlstate, e.message));
@@ -201,21 +207,48 @@ impl Runner<'_> {
             self.block.lock().expect("lock").failed();
             return Err(error_info(code::INSUFFICIENT_PRIVILEGE, e));
         }
+        let kind = Kind::of(&statement);
+        // What a refused ROLLBACK will list: only a write inside a block needs it.
+        let text = (kind.writes() && self.block.lock().expect("lock").is_open())
+            .then(|| describe(&statement));
+        let outcome = async {
+            if pg_catalog::prepare(self.session, sql, &mut statement).await? || !alone {
+                self.session.execute(statement).await.map(Some)
+            } else {
+                // The text is the statement: its shape may answer the next text like it.
+                self.session.execute_text(sql, statement).await.map(Some)
+            }
+        };
+        self.guarded(kind, text, outcome)
+            .await
+            .expect("a statement always answers")
+    }
+
+    /// `sql` answered by the kept plan of its shape (a repeated KNN query with another
+    /// vector), without parsing it; `None` when it must take the full path.
+    async fn known_shape(&self, sql: &str) -> Option<Result<Output, ErrorInfo>> {
+        if self.block.lock().expect("lock").admit().is_err() {
+            return None; // the full path reports it
+        }
+        self.guarded(Kind::Query, None, self.session.run_known_shape(sql))
+            .await
+    }
+
+    /// Runs `outcome` under the statement timeout and the cancel request, and keeps the
+    /// transaction block's account. `None` (only from `outcome`) means not answered.
+    async fn guarded(
+        &self,
+        kind: Kind,
+        text: Option<String>,
+        outcome: impl Future<Output = datafusion::common::Result<Option<StatementResult>>>,
+    ) -> Option<Result<Output, ErrorInfo>> {
         // A statement stopped by dropping this future (pgwire's cancel of a Query or
         // Execute) fails the block as an error would.
         let mut unfinished = FailBlockIfDropped {
             block: self.block,
             armed: true,
         };
-        let kind = Kind::of(&statement);
-        // What a refused ROLLBACK will list: only a write inside a block needs it.
-        let text = (kind.writes() && self.block.lock().expect("lock").is_open())
-            .then(|| describe(&statement));
         let timeout = self.settings.lock().expect("lock").statement_timeout();
-        let outcome = async {
-            pg_catalog::prepare(self.session, sql, &mut statement).await?;
-            self.session.execute(statement).await
-        };
         let limited = async {
             match timeout {
                 Some(limit) if limit > Duration::ZERO => {
@@ -243,15 +276,16 @@ impl Runner<'_> {
         unfinished.armed = false;
         let mut block = self.block.lock().expect("lock");
         match result {
-            Ok(result) => {
+            Ok(None) => None,
+            Ok(Some(result)) => {
                 if let Some(text) = text {
                     block.ran(&text, true);
                 }
-                Ok(kind.output(result))
+                Some(Ok(kind.output(result)))
             }
             Err(e) => {
                 block.failed();
-                Err(e)
+                Some(Err(e))
             }
         }
     }
@@ -386,4 +420,68 @@ fn first_words(text: &str, n: usize) -> String {
         .collect::<Vec<_>>()
         .join(" ")
         .to_uppercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::params;
+    use crate::serve::types;
+    use pgwire::api::results::FieldFormat;
+
+    /// A KNN query whose vector is bound as a parameter runs on the kept plan of its shape
+    /// from the second execution on (no parse), with the right answers.
+    #[tokio::test]
+    async fn a_bound_vector_reuses_the_statement_shape() {
+        let session = FragvecSession::open("memory://serve-run-shapes")
+            .await
+            .unwrap();
+        session
+            .sql(
+                "CREATE TABLE items (id BIGINT, emb VECTOR(8)); \
+                  INSERT INTO items VALUES (1, [1,0,0,0,0,0,0,0]), (2, [0,1,0,0,0,0,0,0]), \
+                  (3, [0,0,1,0,0,0,0,0]), (4, [0.5,0.5,0,0,0,0,0,0]); \
+                  CREATE VECTOR INDEX ix ON items (emb) USING IVF_FLAT WITH (num_partitions = 2)",
+            )
+            .await
+            .unwrap();
+        let block = std::sync::Mutex::new(Block::default());
+        let settings = std::sync::Mutex::new(Settings::new(0, "test"));
+        let allow = AllowedFiles::none();
+        let runner = Runner {
+            session: &session,
+            block: &block,
+            settings: &settings,
+            allow_files: &allow,
+            cancel: tokio::sync::Mutex::new(CancelSignal::never()),
+        };
+        let sql = "SELECT id FROM items ORDER BY emb <-> $1 LIMIT 2";
+        let mut answers = Vec::new();
+        for q in [
+            "[0.9,0.1,0,0,0,0,0,0]",
+            "[0,0.2,0.9,0,0,0,0,0]",
+            "[0.4,0.6,0,0,0,0,0,0]",
+        ] {
+            let lit = params::literal(&types::vector_type(), FieldFormat::Text, Some(q.as_bytes()))
+                .unwrap();
+            let bound = params::substitute(sql, &[lit]).unwrap();
+            let Ok(Output::Rows(r)) = runner.run(&bound).await.remove(0) else {
+                panic!("no rows for {bound}");
+            };
+            let ids = datafusion::arrow::util::pretty::pretty_format_batches(&r.batches)
+                .unwrap()
+                .to_string();
+            answers.push(ids);
+        }
+        assert_eq!(session.shapes_reused(), 2, "{answers:?}");
+        for (answer, want) in answers.iter().zip([["1", "4"], ["3", "4"], ["4", "2"]]) {
+            let got: Vec<&str> = answer
+                .lines()
+                .filter_map(|l| l.strip_prefix("| "))
+                .map(|l| l.trim_end_matches(" |").trim())
+                .filter(|l| *l != "id")
+                .collect();
+            assert_eq!(got, want, "{answer}");
+        }
+    }
 }

@@ -74,6 +74,24 @@ impl FragvecSession {
         self.run_learning(shape, statements.remove(0)).await
     }
 
+    /// For a front end that parses statement texts itself (`fragvec serve`): the result of
+    /// the one statement of `sql` when the kept plan of its shape answers it, without parsing
+    /// it (see [`shapes`]); `None` when it must be parsed and run with
+    /// [`Self::execute_text`].
+    pub async fn run_known_shape(&self, sql: &str) -> Result<Option<StatementResult>> {
+        shapes::run_known(self, shapes::of(sql).as_ref()).await
+    }
+
+    /// Runs `statement`, the only statement of `sql`, remembering the shape of `sql` when it
+    /// ran on a kept plan, so that [`Self::run_known_shape`] answers the next text of it.
+    pub async fn execute_text(
+        &self,
+        sql: &str,
+        statement: FragvecStatement,
+    ) -> Result<StatementResult> {
+        self.run_learning(shapes::of(sql), statement).await
+    }
+
     /// Runs the one statement of a text of `shape`, remembering the shape when the statement
     /// ran on a kept plan (see [`shapes`]).
     async fn run_learning(

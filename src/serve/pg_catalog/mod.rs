@@ -95,19 +95,20 @@ pub fn install(
 }
 
 /// Gets a statement ready to run: catalog rewrites, and fresh `pg_class` / `pg_attribute`
-/// when it reads them.
+/// when it reads them. True when the statement may have been rewritten (it looked like a
+/// catalog query).
 /// `sql`: the text the statement came from, to tell cheaply whether it is a catalog query
 /// (rendering the statement again would cost a KNN query its whole vector's text).
 pub async fn prepare(
     session: &FragvecSession,
     sql: &str,
     statement: &mut FragvecStatement,
-) -> Result<()> {
+) -> Result<bool> {
     let FragvecStatement::DataFusion(s) = statement else {
-        return Ok(());
+        return Ok(false);
     };
     let DFStatement::Statement(inner) = s.as_mut() else {
-        return Ok(());
+        return Ok(false);
     };
     let text = sql.to_ascii_lowercase();
     if !(text.contains("pg_")
@@ -115,7 +116,7 @@ pub async fn prepare(
         || text.contains("operator(")
         || text.contains("collate"))
     {
-        return Ok(());
+        return Ok(false);
     }
     // Empty relations first: their queries go whole, before anything is rewritten in them.
     let _ = inner.visit(&mut EmptyRelations);
@@ -126,7 +127,7 @@ pub async fn prepare(
     {
         register(session, rows::table_tables(session).await?)?;
     }
-    Ok(())
+    Ok(true)
 }
 
 #[cfg(test)]
