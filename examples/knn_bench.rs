@@ -28,6 +28,10 @@ use fragvec::FragvecSession;
 
 const K: usize = 10;
 
+/// The allocator of the `fragvec` binary, so in-process figures compare with `fragvec serve`'s.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(about = "KNN benchmark over a data directory written by bench/gen_data.py")]
 struct Args {

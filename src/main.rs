@@ -4,6 +4,11 @@ use clap::Parser;
 use fragvec::FragvecSession;
 use fragvec::cli::{Cli, Command, demo, output, progress, shell, timing_line};
 
+/// mimalloc rather than glibc's malloc: a server's concurrent queries allocate and free many
+/// small buffers at once (docs/benchmarks.md, "Serving").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() {
     let cli = Cli::parse();

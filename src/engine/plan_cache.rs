@@ -21,6 +21,7 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Float64Type};
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Result, ScalarValue};
+use datafusion::execution::TaskContext;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Literal;
 use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
@@ -106,6 +107,11 @@ impl ShapeNote {
 pub struct PlanCache {
     plans: Mutex<HashMap<String, CachedPlan>>,
     shapes: Mutex<HashMap<String, KnownShape>>,
+    /// The task context queries run in, made once: building one copies the session's
+    /// configuration and function registries, which costs a repeated KNN query more than
+    /// its plan does. Dropped with the plans, by any statement but a query (a `SET` among
+    /// them).
+    task: Mutex<Option<Arc<TaskContext>>>,
     reused: std::sync::atomic::AtomicU64,
     shapes_reused: std::sync::atomic::AtomicU64,
 }
@@ -170,6 +176,16 @@ impl PlanCache {
     pub fn clear(&self) {
         self.plans.lock().expect("plan cache").clear();
         self.shapes.lock().expect("shape cache").clear();
+        *self.task.lock().expect("task context") = None;
+    }
+
+    /// The kept task context, made with `make` when there is none.
+    pub fn task_ctx(&self, make: impl FnOnce() -> Arc<TaskContext>) -> Arc<TaskContext> {
+        self.task
+            .lock()
+            .expect("task context")
+            .get_or_insert_with(make)
+            .clone()
     }
 }
 
@@ -227,10 +243,33 @@ fn rebind_expr(
             }
         }
     })?;
-    Ok((!unknown).then_some(out.data))
+    if unknown {
+        return Ok(None);
+    }
+    // Unchanged: the same expression, so callers can tell nothing moved (`Arc::ptr_eq`).
+    Ok(Some(if out.transformed {
+        out.data
+    } else {
+        expr.clone()
+    }))
 }
 
 /// A sort order with every parameter literal replaced (see [`rebind_expr`]).
+/// `plan` over `child` when its own expressions are unchanged: the child's properties are
+/// the old child's (only the query vector changed), so the node's computed properties are
+/// kept rather than derived again (an equivalence analysis that costs more than a small
+/// KNN search), and its run-time state (a top-k sort's dynamic filter, metrics) is fresh.
+fn same_node(
+    plan: &Arc<dyn ExecutionPlan>,
+    child: Arc<dyn ExecutionPlan>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    datafusion::physical_plan::execution_plan::replace_children_if_necessary(
+        Arc::clone(plan),
+        vec![child],
+    )?
+    .reset_state()
+}
+
 fn rebind_ordering(
     ordering: &LexOrdering,
     old: &[Vec<f64>],
@@ -357,14 +396,19 @@ pub fn rebind(
     let map = |e: &Arc<dyn PhysicalExpr>| rebind_expr(e, old, new);
     if let Some(p) = plan.downcast_ref::<ProjectionExec>() {
         let mut exprs = Vec::with_capacity(p.expr().len());
+        let mut same = true;
         for e in p.expr() {
             let Some(expr) = map(&e.expr)? else {
                 return Ok(None);
             };
+            same &= Arc::ptr_eq(&expr, &e.expr);
             exprs.push(ProjectionExpr {
                 expr,
                 alias: e.alias.clone(),
             });
+        }
+        if same {
+            return Ok(Some(same_node(plan, child)?));
         }
         return Ok(Some(Arc::new(ProjectionExec::try_new(exprs, child)?)));
     }
@@ -372,6 +416,13 @@ pub fn rebind(
         let Some(ordering) = rebind_ordering(s.expr(), old, new)? else {
             return Ok(None);
         };
+        if ordering
+            .iter()
+            .zip(s.expr().iter())
+            .all(|(a, b)| Arc::ptr_eq(&a.expr, &b.expr))
+        {
+            return Ok(Some(same_node(plan, child)?));
+        }
         let sort = SortExec::new(ordering, child)
             .with_preserve_partitioning(s.preserve_partitioning())
             .with_fetch(s.fetch());

@@ -48,6 +48,18 @@ where
     })
 }
 
+/// Queries spreading their scoring over threads right now (see [`claim_each`]).
+static SPREADING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The workers a query may spread over now, of the `wanted`: as many as there are cores no
+/// other query is spreading on. Alone, a query uses every core; under load each query is
+/// already a unit of parallelism, and starting threads for cores that other queries keep
+/// busy only adds thread starts and switches to every query (measured: `fragvec serve` at
+/// 4 and 16 connections, docs/benchmarks.md).
+fn workers_now(wanted: usize, others: usize) -> usize {
+    wanted.min(cores().saturating_sub(others)).max(1)
+}
+
 /// Runs `work` on every item with up to `threads` workers (the calling thread is one), each
 /// claiming the next unclaimed item and folding it into its own accumulator from `init`;
 /// returns the accumulators (the calling thread's first). A worker that starts late, on a
@@ -70,6 +82,17 @@ where
             work(&mut acc, item);
         }
     };
+    use std::sync::atomic::Ordering::Relaxed;
+    let others = SPREADING.fetch_add(1, Relaxed);
+    // Decremented however this returns (a share's panic is raised again below).
+    struct Done;
+    impl Drop for Done {
+        fn drop(&mut self) {
+            SPREADING.fetch_sub(1, Relaxed);
+        }
+    }
+    let _done = Done;
+    let threads = workers_now(threads, others);
     let helpers = threads.clamp(1, items.len().max(1)) - 1;
     run_shares(&vec![(); helpers + 1], |_| worker())
 }
@@ -90,6 +113,16 @@ mod tests {
             })
         });
         assert!(caught.is_err());
+    }
+
+    #[test]
+    fn a_query_alone_uses_every_core_and_under_load_fewer() {
+        let n = cores();
+        assert_eq!(workers_now(n, 0), n);
+        assert_eq!(workers_now(1, 0), 1);
+        assert_eq!(workers_now(n, n - 1), 1);
+        assert_eq!(workers_now(n, n + 5), 1);
+        assert_eq!(workers_now(0, 0), 1);
     }
 
     #[test]

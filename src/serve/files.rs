@@ -4,11 +4,14 @@
 //! only under the directories the operator gives (`fragvec serve --allow-files DIR`), none
 //! by default.
 //!
-//! The check is on the path, not on what DataFusion later opens: a location is made
-//! absolute, refused if it climbs (`..`), and its longest existing ancestor is resolved
-//! through symbolic links before the prefix test, so a link inside an allowed directory
-//! that points outside it does not pass. Globs (`dir/*.parquet`) are checked by the
-//! directory part before the first wildcard.
+//! The check is on the path and, for a directory, on what DataFusion will list in it: a
+//! location is made absolute, refused if it climbs (`..`), and its longest existing ancestor
+//! is resolved through symbolic links before the prefix test, so a link inside an allowed
+//! directory that points outside it does not pass. Globs (`dir/*.parquet`) are checked by
+//! the directory part before the first wildcard. A directory (or a glob's) is walked, and
+//! a link anywhere in it that leads outside refuses the whole location, since the reader
+//! follows links when it lists. (A link made between the check and the read is not seen:
+//! the open directories are the operator's, and clients cannot make links.)
 
 use std::path::{Component, Path, PathBuf};
 
@@ -74,20 +77,71 @@ impl AllowedFiles {
         }
         let path = local_path(location)?;
         let resolved = resolve(&cwd.join(path))?;
-        if self.dirs.iter().any(|d| resolved.starts_with(d)) {
-            Ok(())
-        } else {
-            Err(format!(
-                "it is outside the directories open to clients ({})",
-                self.dirs
-                    .iter()
-                    .map(|d| d.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
+        if !self.inside(&resolved) {
+            return Err(self.outside());
         }
+        // A directory (or a glob's directory) is listed by the reader, which follows the
+        // links in it: each of them must stay inside too.
+        if resolved.is_dir() {
+            self.links_stay_inside(&resolved)?;
+        }
+        Ok(())
+    }
+
+    fn inside(&self, resolved: &Path) -> bool {
+        self.dirs.iter().any(|d| resolved.starts_with(d))
+    }
+
+    fn outside(&self) -> String {
+        format!(
+            "it is outside the directories open to clients ({})",
+            self.dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
+
+    /// Every entry below `dir` (a resolved directory) resolves inside the open
+    /// directories. Bounded: a tree of more than [`MAX_LISTED`] entries is refused.
+    fn links_stay_inside(&self, dir: &Path) -> Result<(), String> {
+        let mut pending = vec![dir.to_path_buf()];
+        let mut seen = 0usize;
+        while let Some(d) = pending.pop() {
+            let entries = std::fs::read_dir(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| format!("{}: {e}", d.display()))?;
+                seen += 1;
+                if seen > MAX_LISTED {
+                    return Err(format!(
+                        "it holds more than {MAX_LISTED} entries; name the files"
+                    ));
+                }
+                let kind = entry.file_type().map_err(|e| e.to_string())?;
+                if kind.is_symlink() {
+                    // A dangling link reads nothing; any other must land inside.
+                    if let Ok(target) = std::fs::canonicalize(entry.path())
+                        && !self.inside(&target)
+                    {
+                        return Err(format!(
+                            "{} links to {}: {}",
+                            entry.path().display(),
+                            target.display(),
+                            self.outside()
+                        ));
+                    }
+                } else if kind.is_dir() {
+                    pending.push(entry.path());
+                }
+            }
+        }
+        Ok(())
     }
 }
+
+/// Entries a directory location may hold for the link check.
+const MAX_LISTED: usize = 100_000;
 
 /// The local path a location names (`file://` or a plain path); other schemes are refused.
 fn local_path(location: &str) -> Result<&Path, String> {
@@ -205,6 +259,33 @@ mod tests {
             .check_location("open/link/secret.csv", root.path())
             .unwrap_err();
         assert!(err.contains("outside"), "{err}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_directory_or_glob_holding_a_link_out_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let open = root.path().join("open");
+        let closed = root.path().join("closed");
+        std::fs::create_dir_all(open.join("sub")).unwrap();
+        std::fs::create_dir_all(&closed).unwrap();
+        std::fs::write(closed.join("secret.parquet"), b"x").unwrap();
+        std::fs::write(open.join("ok.parquet"), b"x").unwrap();
+        let files = allowed(&open);
+        let cwd = root.path();
+        files.check_location("open", cwd).unwrap();
+        // A link inside, to a file inside, is fine.
+        std::os::unix::fs::symlink(open.join("ok.parquet"), open.join("sub/alias.parquet"))
+            .unwrap();
+        files.check_location("open/", cwd).unwrap();
+        std::os::unix::fs::symlink(closed.join("secret.parquet"), open.join("sub/link.parquet"))
+            .unwrap();
+        for location in ["open", "open/", "open/sub/*.parquet", "./open/sub"] {
+            let err = files.check_location(location, cwd).unwrap_err();
+            assert!(err.contains("links to"), "{location}: {err}");
+        }
+        // A file location next to the link is still fine.
+        files.check_location("open/ok.parquet", cwd).unwrap();
     }
 
     #[test]

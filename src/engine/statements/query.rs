@@ -353,7 +353,8 @@ pub(super) async fn collect_physical(
     plan: Arc<dyn ExecutionPlan>,
 ) -> Result<StatementResult> {
     let schema = plan.schema();
-    let batches = datafusion::physical_plan::collect(plan, session.ctx.task_ctx()).await?;
+    let task = session.plans.task_ctx(|| session.ctx.task_ctx());
+    let batches = datafusion::physical_plan::collect(plan, task).await?;
     Ok(StatementResult::rows(schema, batches))
 }
 
