@@ -233,12 +233,16 @@ fn body_is_empty(body: &SetExpr) -> bool {
 
 /// `SELECT ... WHERE false` with no FROM: what [`empty_like`] makes.
 fn is_marked_empty(body: &SetExpr) -> bool {
-    matches!(body, SetExpr::Select(s) if s.from.is_empty()
-        && matches!(&s.selection, Some(Expr::Value(v)) if v.value == Value::Boolean(false)))
+    matches!(body, SetExpr::Select(s) if select_is_marked_empty(s))
+}
+
+fn select_is_marked_empty(s: &Select) -> bool {
+    s.from.is_empty()
+        && matches!(&s.selection, Some(Expr::Value(v)) if v.value == Value::Boolean(false))
 }
 
 fn select_is_empty(s: &Select) -> bool {
-    if is_marked_empty(&SetExpr::Select(Box::new(s.clone()))) {
+    if select_is_marked_empty(s) {
         return true;
     }
     // An aggregate makes one row out of none.
