@@ -29,7 +29,11 @@ use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionHandle, DEFAULT_NAME, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
-use pgwire::messages::extendedquery::{Parse, ParseComplete};
+use pgwire::messages::data::{NoData, ParameterDescription, RowDescription};
+use pgwire::messages::extendedquery::{
+    Bind, BindComplete, Describe, Parse, ParseComplete, TARGET_TYPE_BYTE_PORTAL,
+    TARGET_TYPE_BYTE_STATEMENT,
+};
 use pgwire::messages::response::NoticeResponse;
 use tokio::sync::OnceCell;
 
@@ -319,9 +323,58 @@ impl ExtendedQueryHandler for Connection {
         let statement = StoredStatement::new(name, Prepared::new(&message.query), parameter_types);
         client.portal_store().put_statement(Arc::new(statement));
         client
-            .send(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
+            .feed(PgWireBackendMessage::ParseComplete(ParseComplete::new()))
             .await?;
         Ok(())
+    }
+
+    // Bind and Describe answer with `feed`, not pgwire's default `send`: the answers of a
+    // Parse / Bind / Describe / Execute / Sync batch then leave in the one write Sync
+    // flushes, instead of one `sendto` (and one client wake-up) per message.
+    async fn on_bind<C>(&self, client: &mut C, message: Bind) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.statement_name.as_deref().unwrap_or(DEFAULT_NAME);
+        let Some(statement) = client.portal_store().get_statement(name) else {
+            return Err(PgWireError::StatementNotFound(name.to_owned()));
+        };
+        let portal = Portal::try_new(&message, statement)?;
+        client.portal_store().put_portal(Arc::new(portal));
+        client
+            .feed(PgWireBackendMessage::BindComplete(BindComplete::new()))
+            .await?;
+        Ok(())
+    }
+
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        match message.target_type {
+            TARGET_TYPE_BYTE_STATEMENT => {
+                let Some(statement) = client.portal_store().get_statement(name) else {
+                    return Err(PgWireError::StatementNotFound(name.to_owned()));
+                };
+                let described = self.do_describe_statement(client, &statement).await?;
+                feed_described(client, &described).await
+            }
+            TARGET_TYPE_BYTE_PORTAL => {
+                let Some(portal) = client.portal_store().get_portal(name) else {
+                    return Err(PgWireError::PortalNotFound(name.to_owned()));
+                };
+                let described = self.do_describe_portal(client, &portal).await?;
+                feed_described(client, &described).await
+            }
+            other => Err(PgWireError::InvalidTargetType(other)),
+        }
     }
 
     async fn do_describe_statement<C>(
@@ -460,6 +513,32 @@ impl ExtendedQueryHandler for Connection {
             None => Ok(Response::EmptyQuery),
         }
     }
+}
+
+/// pgwire's `send_describe_response`, fed rather than flushed (see `on_bind`).
+async fn feed_described<C, D>(client: &mut C, described: &D) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    D: DescribeResponse,
+{
+    if let Some(parameters) = described.parameters() {
+        let oids = parameters.iter().map(|t| t.oid()).collect();
+        client
+            .feed(PgWireBackendMessage::ParameterDescription(
+                ParameterDescription::new(oids),
+            ))
+            .await?;
+    }
+    let message = if described.is_no_data() {
+        PgWireBackendMessage::NoData(NoData::new())
+    } else {
+        let fields = described.fields().iter().map(Into::into).collect();
+        PgWireBackendMessage::RowDescription(RowDescription::new(fields))
+    };
+    client.feed(message).await?;
+    Ok(())
 }
 
 /// The parameter types (where the statement tells them) and the result schema (for a query
