@@ -1,6 +1,7 @@
-//! `fragvec serve --db URL [--pg ADDR]`: the PostgreSQL-protocol server (see
-//! [`crate::serve`]). Prints `fragvec serve listening on postgresql://ADDR` once it accepts
-//! connections, serves until SIGTERM or Ctrl-C, then lets running statements finish (up to
+//! `fragvec serve --db URL [--pg ADDR] [--flight ADDR]`: the PostgreSQL-protocol server
+//! and, with `--flight`, the Arrow Flight SQL endpoint (see [`crate::serve`]). Prints
+//! `fragvec serve listening on postgresql://ADDR` (then `... on grpc://ADDR` for Flight)
+//! once it accepts connections, serves until SIGTERM or Ctrl-C, then lets running statements finish (up to
 //! `--shutdown-grace`) and exits 0.
 
 use std::io::Write;
@@ -21,6 +22,11 @@ pub struct ServeArgs {
     /// tells which).
     #[arg(long, default_value = "127.0.0.1:5433")]
     pub pg: SocketAddr,
+    /// Address of the Arrow Flight SQL endpoint (ADBC, pyarrow, JDBC Flight SQL clients);
+    /// off unless given. Same users, TLS and --allow-files as the PostgreSQL endpoint.
+    #[cfg(feature = "flight")]
+    #[arg(long)]
+    pub flight: Option<SocketAddr>,
     /// Users allowed to connect, one `name:password` per line (SCRAM-SHA-256). Without it
     /// and without FRAGVEC_PASSWORD, anyone reaching the address may connect, so only a
     /// loopback address is allowed.
@@ -90,17 +96,52 @@ pub async fn run(session: FragvecSession, args: &ServeArgs, location: &str) -> R
         }),
         _ => None,
     };
+    #[cfg(feature = "flight")]
+    let flight = match args.flight {
+        Some(listen) => {
+            let mut flight = crate::serve::flight::FlightServerConfig::new(listen);
+            flight.authentication = config.authentication.clone();
+            flight.tls = config.tls.clone();
+            flight.allow_files = config.allow_files.clone();
+            flight.statement_timeout_ms = config.statement_timeout_ms;
+            Some(crate::serve::flight::FlightServer::bind(session.clone(), flight).await?)
+        }
+        None => None,
+    };
     let server = PgServer::bind(session, config).await?;
     let addr = server.local_addr().map_err(|e| e.to_string())?;
     let mut out = std::io::stdout();
     let _ = writeln!(out, "fragvec serve listening on postgresql://{addr}");
-    let _ = out.flush();
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    #[cfg(feature = "flight")]
+    let flight = match flight {
+        Some(flight) => {
+            let addr = flight.local_addr().map_err(|e| e.to_string())?;
+            let scheme = if args.tls_cert.is_some() {
+                "grpc+tls"
+            } else {
+                "grpc"
+            };
+            let _ = writeln!(out, "fragvec serve listening on {scheme}://{addr}");
+            Some(tokio::spawn(flight.serve(stopped.clone())))
+        }
+        None => None,
+    };
+    let _ = out.flush();
     tokio::spawn(async move {
         wait_for_signal().await;
         let _ = stop.send(true);
     });
-    server.serve(stopped).await.map_err(|e| e.to_string())
+    let served = server.serve(stopped).await.map_err(|e| e.to_string());
+    #[cfg(feature = "flight")]
+    if let Some(flight) = flight {
+        // Stopped by the same signal; its running calls finish within its own shutdown.
+        let grace = Duration::from_secs(args.shutdown_grace);
+        if let Ok(Ok(Err(e))) = tokio::time::timeout(grace, flight).await {
+            return Err(e);
+        }
+    }
+    served
 }
 
 async fn wait_for_signal() {

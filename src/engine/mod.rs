@@ -59,3 +59,4 @@ pub mod vector_ops;
 pub mod write;
 
 pub use session::{FragvecSession, StatementResult, register};
+pub use statements::stream::Streamed;

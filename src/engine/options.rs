@@ -47,8 +47,8 @@ impl fmt::Display for UpdateMode {
 config_field!(UpdateMode, value => value.parse::<UpdateMode>()?);
 
 extensions_options! {
-    /// fragvec's session options.
-    pub struct FragvecOptions {
+    /// fragvec's session options, as DataFusion's macro makes them (see [`FragvecOptions`]).
+    pub struct FragvecOptionValues {
         /// `rewrite_rows` (default) or `rewrite_columns`; see [`UpdateMode`].
         pub update_mode: UpdateMode, default = UpdateMode::RewriteRows
         /// How many times a statement that lost a commit race to a conflicting writer
@@ -74,6 +74,57 @@ extensions_options! {
         /// write always ask). 0: every query asks. Unset: 0 on a local directory and
         /// `memory://`, 1000 on object storage (`s3://`). See `format::latest`.
         pub version_check_ms: Option<u64>, default = None
+    }
+}
+
+/// fragvec's session options (`SET fragvec.nprobes = 32`). DataFusion's macro lists an
+/// extension's options without their prefix, so `SHOW fragvec.nprobes` found nothing and
+/// `information_schema.df_settings` said `nprobes`; this wrapper lists them by the names
+/// `SET` takes.
+#[derive(Debug, Clone, Default)]
+pub struct FragvecOptions(pub FragvecOptionValues);
+
+impl std::ops::Deref for FragvecOptions {
+    type Target = FragvecOptionValues;
+    fn deref(&self) -> &FragvecOptionValues {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for FragvecOptions {
+    fn deref_mut(&mut self) -> &mut FragvecOptionValues {
+        &mut self.0
+    }
+}
+
+impl datafusion::config::ExtensionOptions for FragvecOptions {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+
+    fn cloned(&self) -> Box<dyn datafusion::config::ExtensionOptions> {
+        Box::new(self.clone())
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> datafusion::common::Result<()> {
+        // Entries name their options with the prefix; either form is taken back.
+        let key = key
+            .strip_prefix(Self::PREFIX)
+            .and_then(|k| k.strip_prefix('.'))
+            .unwrap_or(key);
+        self.0.set(key, value)
+    }
+
+    fn entries(&self) -> Vec<datafusion::config::ConfigEntry> {
+        let mut entries = self.0.entries();
+        for e in &mut entries {
+            e.key = format!("{}.{}", Self::PREFIX, e.key);
+        }
+        entries
     }
 }
 

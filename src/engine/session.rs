@@ -81,7 +81,8 @@ impl StatementResult {
         })
     }
 
-    pub(super) fn empty() -> Self {
+    /// No columns, no rows: what DDL answers.
+    pub fn empty() -> Self {
         Self::rows(Arc::new(Schema::empty()), vec![])
     }
 
@@ -229,6 +230,12 @@ impl FragvecSession {
 
     pub fn database(&self) -> &Database {
         self.schema.database()
+    }
+
+    /// Lists the database's tables again (tables other processes created or dropped), for
+    /// front ends that show the list (a Flight SQL server's GetTables).
+    pub async fn refresh_tables(&self) -> Result<()> {
+        self.schema.refresh().await
     }
 
     /// Reports the progress of long statements (CREATE VECTOR INDEX, OPTIMIZE INDEX, COMPACT,

@@ -70,6 +70,21 @@ impl Users {
         Self { salted }
     }
 
+    /// Whether `password` is `user`'s (the Flight endpoint's basic credentials). Compares
+    /// the salted hashes in constant time; an unknown user costs the same hashing.
+    pub fn verify(&self, user: &str, password: &str) -> bool {
+        let unknown = (vec![0u8; 16], vec![0u8; 32]);
+        let (salt, hash) = self.salted.get(user).unwrap_or(&unknown);
+        let computed = gen_salted_password(password, salt, ITERATIONS);
+        let differ = computed.len() != hash.len()
+            || computed
+                .iter()
+                .zip(hash)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                != 0;
+        self.salted.contains_key(user) && !differ
+    }
+
     /// Users from a file of `name:password` lines.
     pub fn from_file(path: &std::path::Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path)

@@ -11,11 +11,14 @@
 //! ([`run`]); the files here speak the protocol ([`connection`]), splice bound parameters
 //! ([`params`]), encode values ([`types`]), answer catalog queries ([`pg_catalog`]), map
 //! errors to SQLSTATEs ([`sqlstate`]), and keep transaction blocks honest ([`transaction`]).
-//! Authentication and TLS are in [`auth`].
+//! Authentication and TLS are in [`auth`]. The Arrow Flight SQL endpoint (`--flight`) is
+//! [`flight`], over the same root session.
 
 pub mod auth;
 pub mod connection;
 pub mod files;
+#[cfg(feature = "flight")]
+pub mod flight;
 pub mod params;
 pub mod pg_catalog;
 pub mod run;

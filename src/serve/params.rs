@@ -47,11 +47,27 @@ impl ParamError {
 /// inside string literals (`'...'`, `E'...'`, `$tag$...$tag$`), quoted identifiers and
 /// comments are not placeholders, nor is `$n` inside a word (`a$1`).
 pub fn placeholders(sql: &str) -> Vec<(Range<usize>, usize)> {
+    scan_placeholders(sql, false)
+}
+
+/// [`placeholders`], also taking each `?` as the next parameter (`$1`, `$2`, ... in the
+/// order they appear): the style of ODBC, JDBC and ADBC clients (Flight SQL).
+pub fn placeholders_with_qmarks(sql: &str) -> Vec<(Range<usize>, usize)> {
+    scan_placeholders(sql, true)
+}
+
+fn scan_placeholders(sql: &str, qmarks: bool) -> Vec<(Range<usize>, usize)> {
     let b = sql.as_bytes();
     let mut found = Vec::new();
+    let mut next_qmark = 1;
     let mut i = 0;
     while i < b.len() {
         match b[i] {
+            b'?' if qmarks => {
+                found.push((i..i + 1, next_qmark));
+                next_qmark += 1;
+                i += 1;
+            }
             b'\'' => {
                 let escapes = i > 0 && matches!(b[i - 1], b'E' | b'e') && !word_before(b, i - 1);
                 i = skip_quoted(b, i, b'\'', escapes);
@@ -159,10 +175,19 @@ pub fn parameter_count(sql: &str) -> usize {
 
 /// `sql` with each `$n` replaced by `literals[n - 1]`.
 pub fn substitute(sql: &str, literals: &[String]) -> Result<String, ParamError> {
+    substitute_at(sql, placeholders(sql), literals)
+}
+
+/// `sql` with each placeholder found (see [`placeholders`]) replaced by `literals[n - 1]`.
+pub fn substitute_at(
+    sql: &str,
+    found: Vec<(Range<usize>, usize)>,
+    literals: &[String],
+) -> Result<String, ParamError> {
     let mut out =
         String::with_capacity(sql.len() + literals.iter().map(String::len).sum::<usize>());
     let mut last = 0;
-    for (range, n) in placeholders(sql) {
+    for (range, n) in found {
         let Some(literal) = n.checked_sub(1).and_then(|i| literals.get(i)) else {
             return Err(ParamError {
                 sqlstate: "08P01",
@@ -317,7 +342,7 @@ fn parse_bool(t: &str) -> Option<bool> {
 }
 
 /// A float as DataFusion reads it back to the same value (`NaN` and infinities as casts).
-fn float_literal(v: f64) -> String {
+pub fn float_literal(v: f64) -> String {
     if v.is_finite() {
         // `{:?}` prints the shortest text that reads back to the same f64, with a `.0` or an
         // exponent, so DataFusion reads a float, not an integer.
@@ -355,7 +380,7 @@ fn numeric_literal(t: &str) -> Option<String> {
 /// Written as an array, not as text, so that the session's statement shapes see it: the
 /// next execution with another vector runs on the kept plan without a parse.
 /// pgvector refuses NaN and infinite elements; so does the server.
-fn vector_literal(values: impl Iterator<Item = f32>) -> Result<String, ParamError> {
+pub fn vector_literal(values: impl Iterator<Item = f32>) -> Result<String, ParamError> {
     let mut out = String::from("[");
     for (i, v) in values.enumerate() {
         if !v.is_finite() {

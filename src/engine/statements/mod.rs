@@ -10,6 +10,7 @@
 //! * [`query`]: everything DataFusion plans: pinning to table versions, `knn(...)` calls,
 //!   vector literals as parameters, and reuse of cached KNN plans;
 //! * [`shapes`]: a repeated KNN text answered on its kept plan without parsing;
+//! * [`stream`]: a query's rows handed to the caller as a stream instead of collected;
 //! * [`index`]: CREATE VECTOR INDEX / DROP INDEX / OPTIMIZE INDEX, thin calls into
 //!   [`super::index_ops`];
 //! * [`views`]: CREATE VIEW / DROP VIEW, views stored in the database;
@@ -22,6 +23,7 @@ pub mod index;
 pub mod query;
 pub mod rewrite;
 pub mod shapes;
+pub mod stream;
 pub mod views;
 
 use datafusion::common::{DataFusionError, Result, plan_datafusion_err, plan_err};

@@ -21,6 +21,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{Statement, TableObject};
 
+use super::stream;
 use crate::engine::ivf_bind;
 use crate::engine::plan_cache::{self, CachedPlan, ShapeNote};
 use crate::engine::session::{FragvecSession, StatementResult};
@@ -354,6 +355,10 @@ pub(super) async fn collect_physical(
 ) -> Result<StatementResult> {
     let schema = plan.schema();
     let task = session.plans.task_ctx(|| session.ctx.task_ctx());
+    if stream::wanted() {
+        stream::hand_over(datafusion::physical_plan::execute_stream(plan, task)?);
+        return Ok(StatementResult::rows(schema, vec![]));
+    }
     let batches = datafusion::physical_plan::collect(plan, task).await?;
     Ok(StatementResult::rows(schema, batches))
 }
@@ -375,6 +380,12 @@ async fn execute_plan(
     let task_ctx = Arc::new(df.task_ctx());
     let physical = df.create_physical_plan().await?;
     let schema = physical.schema();
+    if !is_insert && stream::wanted() {
+        stream::hand_over(datafusion::physical_plan::execute_stream(
+            physical, task_ctx,
+        )?);
+        return Ok(StatementResult::rows(schema, vec![]));
+    }
     let batches = datafusion::physical_plan::collect(physical, task_ctx).await?;
     let mut result = StatementResult::rows(schema, batches);
     if is_insert {

@@ -1,0 +1,71 @@
+//! A `fragvec serve` process for the client tests: started on free ports, its addresses read
+//! from the lines it prints at start, stopped with SIGTERM (which must exit 0).
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+pub struct ServeProcess {
+    child: Child,
+    /// What it printed: `postgresql://ADDR`, then `grpc://ADDR` with `--flight`.
+    pub addresses: Vec<String>,
+}
+
+impl ServeProcess {
+    /// Starts `fragvec --db DB serve --pg 127.0.0.1:0 ARGS...` and waits for its `lines`
+    /// "listening on" lines.
+    pub fn start(db: &Path, args: &[&str], lines: usize) -> ServeProcess {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_fragvec"))
+            .args(["--db", db.to_str().unwrap(), "serve", "--pg", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start fragvec serve");
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut addresses = vec![];
+        for _ in 0..lines {
+            let mut line = String::new();
+            out.read_line(&mut line).unwrap();
+            let address = line
+                .trim()
+                .rsplit(' ')
+                .next()
+                .filter(|a| a.contains("://"))
+                .unwrap_or_else(|| panic!("unexpected line from fragvec serve: {line:?}"));
+            addresses.push(address.to_string());
+        }
+        ServeProcess { child, addresses }
+    }
+
+    /// The address printed for `scheme` (`postgresql`, `grpc`), as `scheme://host:port`.
+    pub fn address(&self, scheme: &str) -> &str {
+        let prefix = format!("{scheme}://");
+        self.addresses
+            .iter()
+            .find(|a| a.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("no {scheme} address in {:?}", self.addresses))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM: the server stops accepting, lets running statements finish, exits 0.
+    pub fn stop(mut self) {
+        let pid = self.child.id() as i32;
+        // SAFETY: kill(2) on the child's own pid.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let status = self.child.wait().unwrap();
+        assert!(
+            status.success(),
+            "fragvec serve exited with {status} after SIGTERM"
+        );
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+    }
+}
