@@ -1,6 +1,9 @@
 //! A `fragvec serve` process for the client tests: started on free ports, its addresses read
 //! from the lines it prints at start, stopped with SIGTERM (which must exit 0).
 
+// Each test crate that includes this uses a part of it.
+#![allow(dead_code)]
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
