@@ -116,6 +116,10 @@ impl datafusion::config::ExtensionOptions for FragvecOptions {
             .strip_prefix(Self::PREFIX)
             .and_then(|k| k.strip_prefix('.'))
             .unwrap_or(key);
+        let known: Vec<String> = self.0.entries().into_iter().map(|e| e.key).collect();
+        if !known.iter().any(|k| k == key) {
+            return config_err!("{}", unknown_option(key, &known));
+        }
         self.0.set(key, value)
     }
 
@@ -130,4 +134,59 @@ impl datafusion::config::ExtensionOptions for FragvecOptions {
 
 impl ConfigExtension for FragvecOptions {
     const PREFIX: &'static str = "fragvec";
+}
+
+/// What a misspelt option name is told: the closest option, when one is close, else the
+/// list.
+fn unknown_option(key: &str, known: &[String]) -> String {
+    use datafusion::common::utils::datafusion_strsim::levenshtein;
+    let closest = known
+        .iter()
+        .map(|k| (levenshtein(key, k), k))
+        .min()
+        .filter(|(distance, k)| *distance <= 3.max(k.len() / 3));
+    match closest {
+        Some((_, k)) => format!("there is no option fragvec.{key}; did you mean fragvec.{k}?"),
+        None => format!(
+            "there is no option fragvec.{key}; fragvec's options are {}",
+            known
+                .iter()
+                .map(|k| format!("fragvec.{k}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::config::ExtensionOptions;
+
+    use super::*;
+
+    #[test]
+    fn options_are_listed_and_set_by_their_full_names() {
+        let mut o = FragvecOptions::default();
+        let keys: Vec<String> = o.entries().into_iter().map(|e| e.key).collect();
+        assert!(keys.contains(&"fragvec.nprobes".to_string()), "{keys:?}");
+        o.set("fragvec.nprobes", "7").unwrap();
+        assert_eq!(o.nprobes, 7);
+        o.set("nprobes", "9").unwrap();
+        assert_eq!(o.nprobes, 9);
+    }
+
+    #[test]
+    fn a_misspelt_option_names_the_closest_one() {
+        let mut o = FragvecOptions::default();
+        let e = o.set("nprobe", "3").unwrap_err().to_string();
+        assert!(e.contains("did you mean fragvec.nprobes?"), "{e}");
+        let e = o
+            .set("exactly_nothing_alike_at_all", "3")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("fragvec's options are") && e.contains("fragvec.exact"),
+            "{e}"
+        );
+    }
 }
