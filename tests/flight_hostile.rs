@@ -117,6 +117,24 @@ async fn hostile_flight_input_fails_alone() {
         .unwrap_err();
     assert_eq!(err.code(), Code::NotFound, "{err}");
 
+    // A prepared query tells its result schema before it runs (vectors marked as such).
+    let prepared = c
+        .prepare("SELECT id, emb FROM items WHERE id > $1".into(), None)
+        .await
+        .unwrap();
+    let schema = prepared.dataset_schema().unwrap();
+    assert_eq!(schema.field(0).name(), "id");
+    assert_eq!(
+        schema
+            .field(1)
+            .metadata()
+            .get("fragvec.type")
+            .map(String::as_str),
+        Some("VECTOR(4)"),
+        "{schema:?}"
+    );
+    prepared.close().await.unwrap();
+
     // An ingest that commits, then one whose upload breaks off after some batches.
     let ingest = |table: &str| CommandStatementIngest {
         table_definition_options: Some(TableDefinitionOptions {

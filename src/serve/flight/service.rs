@@ -402,14 +402,24 @@ impl FlightSqlService for FlightSql {
         let session = self.session(&request).await?;
         // Checked now, as a server that plans at prepare would: a statement that does not
         // parse fails here, not at its first execution.
-        session
+        let statements = session
             .session
             .parse(&query.query)
             .map_err(|e| status::of(&e))?;
+        let dataset_schema = match query_schema(&session.session, statements).await {
+            Some(schema) => {
+                let message = arrow_flight::IpcMessage::try_from(arrow_flight::SchemaAsIpc::new(
+                    &catalog::mark_vectors(&schema),
+                    &datafusion::arrow::ipc::writer::IpcWriteOptions::default(),
+                ));
+                message.map(|m| m.0).unwrap_or_default()
+            }
+            None => Default::default(),
+        };
         let handle = self.sessions.prepare(&session, query.query);
         Ok(ActionCreatePreparedStatementResult {
             prepared_statement_handle: handle.into(),
-            dataset_schema: Default::default(),
+            dataset_schema,
             parameter_schema: Default::default(),
         })
     }
@@ -627,6 +637,28 @@ impl FlightSqlService for FlightSql {
     }
 
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}
+
+/// The result schema of a statement that is one plain query, planned with its parameters
+/// open (what a prepared statement tells a client before it runs); `None` when it is not
+/// one or does not plan without its values.
+async fn query_schema(
+    session: &crate::FragvecSession,
+    mut statements: Vec<crate::sql::FragvecStatement>,
+) -> Option<Schema> {
+    if statements.len() != 1 || !crate::engine::statements::stream::is_plain_query(&statements[0]) {
+        return None;
+    }
+    let crate::sql::FragvecStatement::DataFusion(statement) = statements.remove(0) else {
+        return None;
+    };
+    let plan = session
+        .context()
+        .state()
+        .statement_to_plan(*statement)
+        .await
+        .ok()?;
+    Some(plan.schema().as_arrow().clone())
 }
 
 fn no_transactions() -> Status {
