@@ -8,7 +8,8 @@
 //!
 //! * [`cli`]: the `fragvec` binary's shell, output formats and demo.
 //! * [`serve`]: `fragvec serve`, the PostgreSQL-protocol server: connections with sessions of
-//!   their own over one database and index cache, catalog, parameters, auth.
+//!   their own over one database and index cache, catalog, parameters, auth; and its Arrow
+//!   Flight SQL endpoint (feature `flight`).
 //! * `distributed` (feature `distributed`): queries across machines on
 //!   datafusion-distributed: the plan codec of fragvec's operators, the planner hooks that
 //!   split scans and KNN searches into tasks, workers and the coordinator session.
