@@ -197,6 +197,44 @@ async fn hostile_flight_input_fails_alone() {
     let _: Vec<RecordBatch> = c.do_get(ticket).await.unwrap().try_collect().await.unwrap();
     assert_eq!(parquet_files(&db), files_before, "files left after VACUUM");
 
+    // CancelFlightInfo stops a statement whose rows are streaming: the DoGet ends with
+    // CANCELLED, and a second cancel finds nothing to stop.
+    let info = c
+        .execute(
+            "SELECT count(*) FROM generate_series(1, 5000000000) AS g(v) WHERE v % 7 = 3".into(),
+            None,
+        )
+        .await
+        .unwrap();
+    let ticket = info.endpoint[0].ticket.clone().unwrap();
+    let mut reader = c.clone();
+    let fetch = tokio::spawn(async move {
+        let stream = reader.do_get(ticket).await?;
+        stream.try_collect::<Vec<RecordBatch>>().await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let cancel = arrow_flight::Action::new(
+        "CancelFlightInfo",
+        arrow_flight::CancelFlightInfoRequest::new(info.clone()).encode_to_vec(),
+    );
+    let answers: Vec<arrow_flight::Result> = c
+        .do_action(cancel.clone())
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let result = arrow_flight::CancelFlightInfoResult::decode(answers[0].body.clone()).unwrap();
+    assert_eq!(result.status, arrow_flight::CancelStatus::Cancelled as i32);
+    let ended = tokio::time::timeout(Duration::from_secs(30), fetch)
+        .await
+        .expect("the cancelled statement still streams")
+        .unwrap();
+    let err = ended.expect_err("a cancelled statement gave rows");
+    assert!(err.to_string().contains("canceling statement"), "{err}");
+    let again = c.do_action(cancel).await;
+    assert!(again.is_err(), "a finished statement was cancelled again");
+
     // Still serving.
     assert_eq!(count(&mut c, "items").await, 2000);
     server.stop();
