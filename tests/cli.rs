@@ -427,3 +427,49 @@ fn the_demo_runs_on_an_in_memory_store() {
         "{out}"
     );
 }
+
+/// The `--flags` a help text lists.
+fn flags(help: &str) -> Vec<String> {
+    let mut found: Vec<String> = help
+        .split(|c: char| c.is_whitespace() || c == ',' || c == '[' || c == ']')
+        .filter(|w| w.starts_with("--") && w.len() > 2)
+        .map(|w| w.split(['=', '<']).next().unwrap().to_string())
+        .filter(|w| w != "--help" && w != "--version")
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// Every option `fragvec --help` and each subcommand's `--help` list is in the command-line
+/// page, so the page cannot fall behind the binary.
+#[test]
+fn every_option_in_help_is_documented() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/command-line.md"),
+    )
+    .unwrap();
+    for args in [
+        vec!["--help"],
+        vec!["serve", "--help"],
+        vec!["worker", "--help"],
+    ] {
+        let (code, out, err) = fragvec(dir.path().join("db"), &args);
+        assert_eq!(code, 0, "{err}");
+        // Only the options part: the examples at the end quote them again.
+        let options = out.split("Examples:").next().unwrap();
+        let listed = flags(options);
+        assert!(!listed.is_empty(), "{out}");
+        for flag in listed {
+            // The flag as a whole word (not the start of a longer one).
+            let documented = page.match_indices(flag.as_str()).any(|(i, _)| {
+                !page[i + flag.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '-')
+            });
+            assert!(
+                documented,
+                "fragvec {args:?} lists {flag}, which docs/command-line.md does not document"
+            );
+        }
+    }
+}

@@ -11,6 +11,19 @@ pub mod worker;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+/// What `fragvec --help` ends with.
+const EXAMPLES: &str = "\
+Examples:
+  fragvec demo                                   a table of generated vectors and a tour
+  fragvec                                        the interactive shell (\\? lists its commands)
+  fragvec -c \"CREATE TABLE t (id BIGINT, emb VECTOR(3))\" -c \"INSERT INTO t VALUES (1, [1, 2, 3])\"
+  fragvec -f load.sql --format csv --timing      statements from a file, CSV results, timings
+  fragvec --db s3://bucket/db -c \"SELECT count(*) FROM t\"
+  fragvec serve --pg 127.0.0.1:5433 --flight 127.0.0.1:5434
+  fragvec worker --listen 127.0.0.1:50051        (and fragvec --workers http://127.0.0.1:50051 ...)
+
+fragvec help <command> shows a command's options; the docs: docs/README.md";
+
 /// Default database directory when `--db` is not given.
 pub const DEFAULT_DB: &str = "fragvec-db";
 
@@ -18,11 +31,13 @@ pub const DEFAULT_DB: &str = "fragvec-db";
 #[command(
     name = "fragvec",
     version,
-    about = "SQL over versioned vector tables (Apache DataFusion)"
+    about = "SQL over versioned vector tables (Apache DataFusion)",
+    after_help = EXAMPLES
 )]
 pub struct Cli {
-    /// Database location: a directory, file://..., or memory://[name] (default fragvec-db;
-    /// for `worker`: the only database it serves, default any the coordinator names).
+    /// Database location: a directory, file://..., s3://bucket/prefix (credentials from the
+    /// AWS_* environment), or memory://[name] (default fragvec-db; for `worker`: the only
+    /// database it serves, default any the coordinator names).
     #[arg(long, global = true)]
     pub db: Option<String>,
     /// Run queries on these workers (`fragvec worker`): http://host:port,http://host:port
@@ -60,7 +75,8 @@ pub enum Command {
         listen: std::net::SocketAddr,
     },
     /// Serve the database to PostgreSQL clients (psql, psycopg + pgvector, asyncpg, pools)
-    /// until SIGTERM or Ctrl-C.
+    /// and, with --flight, Arrow Flight SQL clients (ADBC, pyarrow) until SIGTERM or Ctrl-C.
+    #[command(after_help = serve::EXAMPLES)]
     Serve(serve::ServeArgs),
 }
 

@@ -15,6 +15,16 @@ use crate::serve::auth::{Authentication, TlsFiles, Users};
 use crate::serve::files::AllowedFiles;
 use crate::serve::{PgServer, PgServerConfig};
 
+/// What `fragvec serve --help` ends with.
+pub const EXAMPLES: &str = "\
+Examples:
+  fragvec --db mydb serve                              psql -h 127.0.0.1 -p 5433 -U fragvec
+  fragvec --db mydb serve --pg 127.0.0.1:0 --flight 127.0.0.1:0   any free ports, printed at start
+  FRAGVEC_PASSWORD=secret fragvec --db mydb serve --pg 0.0.0.0:5433 --tls-cert c.pem --tls-key k.pem
+  fragvec --db mydb serve --users users.txt --allow-files /data/imports --statement-timeout 30000
+
+Clients: docs/serving.md (PostgreSQL), docs/flight-sql.md (Flight SQL).";
+
 /// Options of `fragvec serve`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {
