@@ -31,6 +31,10 @@ use crate::engine::Streamed;
 /// How long a result waits for its DoGet before it is dropped (its query stops).
 const RESULT_TTL: Duration = Duration::from_secs(300);
 
+/// How long a session made for a call without a token lives if its client never sends the
+/// token back.
+const UNADOPTED_TTL: Duration = Duration::from_secs(60);
+
 /// One client's session.
 pub struct FlightSession {
     /// Who the token was given to (`None`: a call without a token, on a server without
@@ -40,10 +44,25 @@ pub struct FlightSession {
     token: String,
     /// The token was made for this call (which came without one): the answer carries it.
     issued: bool,
+    /// The client has used the token (or got it at Handshake). A token sent back to a
+    /// client that never uses it (one that ignores the header) lapses after a minute, so
+    /// such clients do not pile up sessions.
+    adopted: std::sync::atomic::AtomicBool,
     last_used: Mutex<Instant>,
 }
 
 impl FlightSession {
+    /// Whether the session is still alive: used within `ttl` (within [`UNADOPTED_TTL`] when
+    /// its client never used its token).
+    fn alive(&self, ttl: Duration) -> bool {
+        let limit = if self.adopted.load(std::sync::atomic::Ordering::Relaxed) {
+            ttl
+        } else {
+            ttl.min(UNADOPTED_TTL)
+        };
+        self.last_used.lock().expect("lock").elapsed() < limit
+    }
+
     /// Whether a prepared statement or result made by `owner` may be used by this session.
     fn owns(&self, owner: &str) -> bool {
         self.token == owner
@@ -165,11 +184,12 @@ impl Sessions {
             session,
             token: hex(&random_id()),
             issued,
+            adopted: std::sync::atomic::AtomicBool::new(!issued),
             last_used: Mutex::new(Instant::now()),
         });
         let mut sessions = self.by_token.lock().expect("lock");
         let ttl = self.token_ttl;
-        sessions.retain(|_, s| s.last_used.lock().expect("lock").elapsed() < ttl);
+        sessions.retain(|_, s| s.alive(ttl));
         sessions.insert(session.token.clone(), session.clone());
         Ok(session)
     }
@@ -190,14 +210,15 @@ impl Sessions {
                         "unknown or expired token: authenticate again (Handshake)",
                     ));
                 };
-                let mut last = session.last_used.lock().expect("lock");
-                if last.elapsed() >= self.token_ttl {
+                if !session.alive(self.token_ttl) {
                     return Err(Status::unauthenticated(
                         "the token expired: authenticate again (Handshake)",
                     ));
                 }
-                *last = Instant::now();
-                drop(last);
+                *session.last_used.lock().expect("lock") = Instant::now();
+                session
+                    .adopted
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
                 Ok(session.clone())
             }
             None if matches!(self.authentication, Authentication::Trust) => {
@@ -416,5 +437,29 @@ mod tests {
         );
         assert!(sessions.of(&MetadataMap::new()).await.is_err());
         assert!(sessions.of(&metadata("Bearer forged")).await.is_err());
+    }
+
+    /// A session made for a token-less call lives a minute unless its client sends the
+    /// token back; then it lives as long as any.
+    #[tokio::test]
+    async fn sessions_of_tokenless_calls_lapse_unless_adopted() {
+        let root = FragvecSession::open("memory://flight-adopt").await.unwrap();
+        let sessions = Sessions::new(root, Authentication::Trust, Duration::from_secs(3600));
+        let ignored = sessions.of(&MetadataMap::new()).await.unwrap();
+        let adopted = sessions.of(&MetadataMap::new()).await.unwrap();
+        let token = adopted.issued_token().unwrap().to_string();
+        sessions
+            .of(&metadata(&format!("Bearer {token}")))
+            .await
+            .unwrap();
+        let aged = Instant::now() - UNADOPTED_TTL - Duration::from_secs(1);
+        *ignored.last_used.lock().unwrap() = aged;
+        *adopted.last_used.lock().unwrap() = aged;
+        assert!(!ignored.alive(Duration::from_secs(3600)));
+        assert!(adopted.alive(Duration::from_secs(3600)));
+        // The next new session sweeps the lapsed one out.
+        sessions.of(&MetadataMap::new()).await.unwrap();
+        let kept = sessions.by_token.lock().unwrap();
+        assert!(!kept.contains_key(&ignored.token) && kept.contains_key(&adopted.token));
     }
 }
