@@ -15,23 +15,9 @@ use std::process::Command;
 
 use server::ServeProcess;
 
-fn python() -> Option<String> {
-    match std::env::var("FRAGVEC_PG_PYTHON") {
-        Ok(p) => Some(p),
-        Err(_) => {
-            assert!(
-                std::env::var("FRAGVEC_REQUIRE_PG_CLIENTS").is_err(),
-                "FRAGVEC_REQUIRE_PG_CLIENTS is set but FRAGVEC_PG_PYTHON is not: run `eval \"$(.ci/pg-clients setup)\"`"
-            );
-            eprintln!("skipping: no ADBC client (eval \"$(.ci/pg-clients setup)\" to run this)");
-            None
-        }
-    }
-}
-
 #[test]
 fn adbc_flight_sql_client_against_fragvec_serve() {
-    let Some(python) = python() else {
+    let Some(python) = server::client_python() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

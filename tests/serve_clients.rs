@@ -5,34 +5,30 @@
 //! Without the clients (`FRAGVEC_PG_PYTHON` unset) the test says so and passes, unless
 //! `FRAGVEC_REQUIRE_PG_CLIENTS=1` (CI sets it when the clients could be installed).
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
+#[path = "support/server.rs"]
+mod server;
+
+use server::ServeProcess;
+
+/// A `fragvec serve` the client scripts connect to.
 struct Server {
-    child: Child,
+    process: ServeProcess,
     port: u16,
 }
 
 impl Server {
     fn start(db: &Path) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_fragvec"))
-            .args(["--db", db.to_str().unwrap(), "serve", "--pg", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start fragvec serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line
-            .trim()
+        let process = ServeProcess::start(db, &[], 1);
+        let port = process
+            .address("postgresql")
             .rsplit(':')
             .next()
             .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("unexpected first line from fragvec serve: {line:?}"));
-        Server { child, port }
+            .unwrap();
+        Server { process, port }
     }
 
     fn client(&self, program: &str, args: &[&str]) -> Command {
@@ -49,40 +45,14 @@ impl Server {
     }
 
     /// SIGTERM: the server stops accepting, lets running statements finish, exits 0.
-    fn stop(mut self) {
-        let pid = self.child.id() as i32;
-        // SAFETY: kill(2) on the child's own pid.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-        let status = self.child.wait().unwrap();
-        assert!(
-            status.success(),
-            "fragvec serve exited with {status} after SIGTERM"
-        );
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
+    fn stop(self) {
+        self.process.stop();
     }
 }
 
 fn clients() -> Option<(String, String)> {
-    let python = std::env::var("FRAGVEC_PG_PYTHON").ok();
     let psql = std::env::var("FRAGVEC_PSQL").unwrap_or_else(|_| "psql".into());
-    match python {
-        Some(p) => Some((p, psql)),
-        None => {
-            assert!(
-                std::env::var("FRAGVEC_REQUIRE_PG_CLIENTS").is_err(),
-                "FRAGVEC_REQUIRE_PG_CLIENTS is set but FRAGVEC_PG_PYTHON is not: run `eval \"$(.ci/pg-clients setup)\"`"
-            );
-            eprintln!(
-                "skipping: no PostgreSQL clients (eval \"$(.ci/pg-clients setup)\" to run these)"
-            );
-            None
-        }
-    }
+    server::client_python().map(|python| (python, psql))
 }
 
 fn run_ok(mut c: Command, what: &str) -> String {

@@ -116,11 +116,15 @@ impl datafusion::config::ExtensionOptions for FragvecOptions {
             .strip_prefix(Self::PREFIX)
             .and_then(|k| k.strip_prefix('.'))
             .unwrap_or(key);
-        let known: Vec<String> = self.0.entries().into_iter().map(|e| e.key).collect();
-        if !known.iter().any(|k| k == key) {
-            return config_err!("{}", unknown_option(key, &known));
-        }
-        self.0.set(key, value)
+        self.0.set(key, value).or_else(|e| {
+            // Only a name no option has gets the suggestion; a bad value keeps its message.
+            let known: Vec<String> = self.0.entries().into_iter().map(|e| e.key).collect();
+            if known.iter().any(|k| k == key) {
+                Err(e)
+            } else {
+                config_err!("{}", unknown_option(key, &known))
+            }
+        })
     }
 
     fn entries(&self) -> Vec<datafusion::config::ConfigEntry> {

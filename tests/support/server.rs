@@ -72,3 +72,22 @@ impl Drop for ServeProcess {
         let _ = self.child.kill();
     }
 }
+
+/// The Python of the client virtualenv (`FRAGVEC_PG_PYTHON`, set by
+/// `eval "$(.ci/pg-clients setup)"`); `None` after saying the tests are skipped, unless
+/// `FRAGVEC_REQUIRE_PG_CLIENTS` makes a missing client a failure.
+pub fn client_python() -> Option<String> {
+    match std::env::var("FRAGVEC_PG_PYTHON") {
+        Ok(p) => Some(p),
+        Err(_) => {
+            assert!(
+                std::env::var("FRAGVEC_REQUIRE_PG_CLIENTS").is_err(),
+                "FRAGVEC_REQUIRE_PG_CLIENTS is set but FRAGVEC_PG_PYTHON is not: run `eval \"$(.ci/pg-clients setup)\"`"
+            );
+            eprintln!(
+                "skipping: no client virtualenv (eval \"$(.ci/pg-clients setup)\" to run these)"
+            );
+            None
+        }
+    }
+}

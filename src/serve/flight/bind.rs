@@ -10,6 +10,7 @@
 use datafusion::arrow::array::{
     Array, AsArray, BooleanArray, FixedSizeListArray, RecordBatch, StringArray,
 };
+use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{
     DataType, Float16Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type,
     UInt8Type, UInt16Type, UInt32Type, UInt64Type,
@@ -108,35 +109,16 @@ fn vector(values: &dyn Array) -> Result<String, String> {
     if values.null_count() > 0 {
         return Err("a vector has a NULL element".into());
     }
-    let floats: Vec<f32> = match values.data_type() {
-        DataType::Float32 => values.as_primitive::<Float32Type>().values().to_vec(),
-        DataType::Float64 => values
-            .as_primitive::<Float64Type>()
-            .values()
-            .iter()
-            .map(|v| *v as f32)
-            .collect(),
-        DataType::Float16 => values
-            .as_primitive::<Float16Type>()
-            .values()
-            .iter()
-            .map(|v| v.to_f32())
-            .collect(),
-        DataType::Int64 => values
-            .as_primitive::<Int64Type>()
-            .values()
-            .iter()
-            .map(|v| *v as f32)
-            .collect(),
-        DataType::Int32 => values
-            .as_primitive::<Int32Type>()
-            .values()
-            .iter()
-            .map(|v| *v as f32)
-            .collect(),
-        other => return Err(format!("a list of {other} is not a vector")),
-    };
-    vector_literal(floats.into_iter()).map_err(|e| e.message)
+    if !values.data_type().is_numeric() {
+        return Err(format!("a list of {} is not a vector", values.data_type()));
+    }
+    let floats = cast(values, &DataType::Float32).map_err(|e| e.to_string())?;
+    let floats = floats
+        .as_primitive::<Float32Type>()
+        .values()
+        .iter()
+        .copied();
+    vector_literal(floats).map_err(|e| e.message)
 }
 
 fn hex_literal(bytes: &[u8]) -> String {

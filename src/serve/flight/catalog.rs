@@ -6,7 +6,6 @@
 //! A `VECTOR(n)` column is `FixedSizeList<Float32>[n]`; its field carries
 //! [`VECTOR_METADATA_KEY`] so a tool can tell an embedding from any fixed-size list.
 
-use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 use arrow_flight::sql::metadata::{
@@ -282,15 +281,16 @@ pub static XDBC_TYPES: LazyLock<XdbcTypeInfoData> = LazyLock::new(|| {
     b.build().expect("static type info")
 });
 
-/// Field metadata of a vector column, for tests and clients' checks.
-pub fn vector_metadata(n: i32) -> HashMap<String, String> {
-    HashMap::from([(VECTOR_METADATA_KEY.to_string(), format!("VECTOR({n})"))])
-}
-
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
     use crate::format::types::vector_type;
+
+    fn vector_metadata(n: i32) -> HashMap<String, String> {
+        HashMap::from([(VECTOR_METADATA_KEY.to_string(), format!("VECTOR({n})"))])
+    }
 
     #[test]
     fn vector_fields_are_marked_and_others_left_alone() {
