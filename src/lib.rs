@@ -38,6 +38,7 @@ pub mod engine;
 pub mod format;
 pub mod index;
 pub mod ledger;
+pub mod maintain;
 pub mod rewrite;
 pub mod serve;
 pub mod sql;

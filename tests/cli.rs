@@ -250,7 +250,7 @@ fn shell_commands_describe_tables_and_toggle_timing() {
             let cells: Vec<&str> = l.split('|').map(str::trim).collect();
             cells[..]
                 == [
-                    "", "vi", "v", "IVF_FLAT", "cosine", "4", "1", "900", "0", "",
+                    "", "vi", "v", "IVF_FLAT", "cosine", "4", "1", "900", "0", "0", "",
                 ]
         }),
         "index vi: {described}"

@@ -1,5 +1,5 @@
 //! The layers' arrows point one way:
-//! `cli → serve → distributed → engine → sql → rewrite → index → format → ledger`.
+//! `cli → serve → distributed → engine → sql → maintain → rewrite → index → format → ledger`.
 //!
 //! Reads every file under `src/` and fails when a file of one layer names a higher layer
 //! (`crate::engine` in `index`, `crate::format` in `ledger`, ...), when a layer below the
@@ -11,11 +11,12 @@
 use std::path::{Path, PathBuf};
 
 /// Lowest first.
-const LAYERS: [&str; 9] = [
+const LAYERS: [&str; 10] = [
     "ledger",
     "format",
     "index",
     "rewrite",
+    "maintain",
     "sql",
     "engine",
     "distributed",

@@ -11,6 +11,7 @@ use datafusion::common::Result;
 
 use crate::engine::FragvecSession;
 use crate::engine::index_ops::latest;
+use crate::format::policy::MaintenancePolicy;
 use crate::format::types::display_type;
 use crate::index::introspect::indexes_batch;
 
@@ -128,6 +129,7 @@ pub async fn describe(session: &FragvecSession, name: &str) -> Result<String> {
             "segments",
             "rows",
             "unindexed_fragments",
+            "unindexed_rows",
         ];
         let indices = wanted
             .iter()
@@ -143,9 +145,25 @@ pub async fn describe(session: &FragvecSession, name: &str) -> Result<String> {
         format!("Clustering key: ({})\n", key.join(", "))
     };
     out += &format!(
-        "Properties: stable_row_ids = {}, max_rows_per_fragment = {}",
+        "Properties: stable_row_ids = {}, max_rows_per_fragment = {}\n",
         m.properties.stable_row_ids, m.properties.max_rows_per_fragment
     );
+    let policy = &m.properties.maintenance;
+    let set: Vec<String> = policy
+        .entries()
+        .into_iter()
+        .zip(MaintenancePolicy::default().entries())
+        .filter(|(now, default)| now.1 != default.1)
+        .map(|((k, v), _)| format!("{k} = {v}"))
+        .collect();
+    out += &if policy.is_active() {
+        format!("Maintenance: {}", set.join(", "))
+    } else {
+        format!(
+            "Maintenance: off (ALTER TABLE {name} SET (auto_index = on, auto_compact = on) \
+             switches it on; SELECT * FROM fragvec_maintenance('{name}') lists its tasks)"
+        )
+    };
     Ok(out)
 }
 

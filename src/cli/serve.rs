@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::FragvecSession;
+use crate::engine::maintain::{Maintainer, MaintainerConfig};
 use crate::serve::auth::{Authentication, TlsFiles, Users};
 use crate::serve::files::AllowedFiles;
 use crate::serve::{PgServer, PgServerConfig};
@@ -22,6 +23,7 @@ Examples:
   fragvec --db mydb serve --pg 127.0.0.1:0 --flight 127.0.0.1:0   any free ports, printed at start
   FRAGVEC_PASSWORD=secret fragvec --db mydb serve --pg 0.0.0.0:5433 --tls-cert c.pem --tls-key k.pem
   fragvec --db mydb serve --users users.txt --allow-files /data/imports --statement-timeout 30000
+  fragvec --db mydb serve --maintenance-interval 5    tables with ALTER TABLE t SET (auto_index = on)
 
 Clients: docs/serving.md (PostgreSQL), docs/flight-sql.md (Flight SQL).";
 
@@ -61,6 +63,13 @@ pub struct ServeArgs {
     /// TO); may be given several times. Without it clients may name no server file.
     #[arg(long = "allow-files", value_name = "DIR")]
     pub allow_files: Vec<PathBuf>,
+    /// Seconds between the maintainer's passes over the tables whose properties switch
+    /// maintenance on (ALTER TABLE t SET (auto_index = on, ...)); 0: no maintainer.
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    pub maintenance_interval: f64,
+    /// Threads the maintainer's tasks use, at lowered priority.
+    #[arg(long, default_value_t = 1)]
+    pub maintenance_threads: usize,
 }
 
 /// The authentication `args` and the environment ask for: `--users FILE`, or
@@ -118,6 +127,7 @@ pub async fn run(session: FragvecSession, args: &ServeArgs, location: &str) -> R
         }
         None => None,
     };
+    let maintainer = start_maintainer(&session, args).await?;
     let server = PgServer::bind(session, config).await?;
     let addr = server.local_addr().map_err(|e| e.to_string())?;
     let mut out = std::io::stdout();
@@ -143,6 +153,10 @@ pub async fn run(session: FragvecSession, args: &ServeArgs, location: &str) -> R
         let _ = stop.send(true);
     });
     let served = server.serve(stopped).await.map_err(|e| e.to_string());
+    if let Some(maintainer) = maintainer {
+        // Waits for the task in progress (its commit lands or it does not; nothing is half).
+        let _ = tokio::task::spawn_blocking(move || maintainer.stop()).await;
+    }
     #[cfg(feature = "flight")]
     if let Some(flight) = flight {
         // Stopped by the same signal; its running calls finish within its own shutdown.
@@ -152,6 +166,32 @@ pub async fn run(session: FragvecSession, args: &ServeArgs, location: &str) -> R
         }
     }
     served
+}
+
+/// The maintainer of the database (see `crate::engine::maintain`), logging a line per task
+/// to stderr; `None` with `--maintenance-interval 0`.
+async fn start_maintainer(
+    session: &FragvecSession,
+    args: &ServeArgs,
+) -> Result<Option<Maintainer>, String> {
+    if !(args.maintenance_interval.is_finite() && args.maintenance_interval >= 0.0) {
+        return Err(format!(
+            "--maintenance-interval must be a number of seconds, not {}",
+            args.maintenance_interval
+        ));
+    }
+    if args.maintenance_interval == 0.0 {
+        return Ok(None);
+    }
+    let config = MaintainerConfig {
+        interval: Duration::from_secs_f64(args.maintenance_interval),
+        threads: args.maintenance_threads.max(1),
+        log: Some(Arc::new(|line: &str| eprintln!("{line}"))),
+    };
+    Maintainer::start(session, config)
+        .await
+        .map(Some)
+        .map_err(|e| format!("cannot start the maintainer: {e}"))
 }
 
 async fn wait_for_signal() {

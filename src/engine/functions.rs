@@ -1,5 +1,6 @@
 //! Introspection table functions: `fragvec_fragments('t')`, `fragvec_versions('t')`,
-//! `fragvec_indexes('t')`, `fragvec_segments('t')` and `fragvec_ledger('t')`.
+//! `fragvec_indexes('t')`, `fragvec_segments('t')`, `fragvec_ledger('t')`,
+//! `fragvec_properties('t')` and `fragvec_maintenance('t')`.
 //!
 //! Table functions are called synchronously while a query is planned, so they return a
 //! provider with a fixed schema and do their reading when the query is executed. The batches
@@ -8,8 +9,8 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::array::{BooleanArray, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{TableFunctionArgs, TableFunctionImpl, TableProvider};
 use datafusion::common::{Result, ScalarValue, plan_err};
 use datafusion::logical_expr::Expr;
@@ -18,12 +19,17 @@ use datafusion::prelude::SessionContext;
 use super::computed::{ComputedBatch, ComputedTable};
 use crate::format::Database;
 use crate::format::introspect::TableView;
+use crate::format::manifest::{Manifest, TableProperties};
 use crate::index::introspect::{indexes_batch, indexes_schema};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Table(TableView),
     Indexes,
+    /// The table's properties, maintenance policy included.
+    Properties,
+    /// The maintenance journal: past and running tasks.
+    Maintenance,
 }
 
 impl Kind {
@@ -34,6 +40,8 @@ impl Kind {
             Kind::Indexes => "fragvec_indexes",
             Kind::Table(TableView::Segments) => "fragvec_segments",
             Kind::Table(TableView::Ledger) => "fragvec_ledger",
+            Kind::Properties => "fragvec_properties",
+            Kind::Maintenance => "fragvec_maintenance",
         }
     }
 
@@ -41,6 +49,8 @@ impl Kind {
         match self {
             Kind::Table(view) => view.schema(),
             Kind::Indexes => indexes_schema(),
+            Kind::Properties => properties_schema(),
+            Kind::Maintenance => super::maintain::journal_schema(),
         }
     }
 }
@@ -56,6 +66,8 @@ pub fn register(ctx: &SessionContext, db: &Database) {
         Kind::Indexes,
         Kind::Table(TableView::Segments),
         Kind::Table(TableView::Ledger),
+        Kind::Properties,
+        Kind::Maintenance,
     ] {
         ctx.register_udtf(
             kind.name(),
@@ -108,6 +120,12 @@ impl IntrospectTable {
         Ok(match self.kind {
             Kind::Table(view) => view.batch(&dir).await?,
             Kind::Indexes => indexes_batch(&dir.latest().await?).await?,
+            Kind::Properties => properties_batch(&dir.latest().await?.manifest)?,
+            Kind::Maintenance => {
+                // Only a table that exists has a journal worth reading.
+                dir.latest().await?;
+                super::maintain::journal_batch(&crate::maintain::journal::read(&dir).await?)?
+            }
         })
     }
 }
@@ -121,4 +139,57 @@ impl ComputedBatch for IntrospectTable {
     async fn compute(&self) -> Result<RecordBatch> {
         self.batch().await
     }
+}
+
+fn properties_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("name", DataType::Utf8, false),
+        Field::new("value", DataType::Utf8, false),
+        Field::new("is_default", DataType::Boolean, false),
+    ]))
+}
+
+/// Every table property with its value and whether it is the default.
+pub fn properties(m: &Manifest) -> Vec<(String, String, bool)> {
+    let p = &m.properties;
+    let d = TableProperties::default();
+    let mut out = vec![
+        (
+            "stable_row_ids".to_string(),
+            p.stable_row_ids.to_string(),
+            p.stable_row_ids == d.stable_row_ids,
+        ),
+        (
+            "max_rows_per_fragment".to_string(),
+            p.max_rows_per_fragment.to_string(),
+            p.max_rows_per_fragment == d.max_rows_per_fragment,
+        ),
+        (
+            "cluster_by".to_string(),
+            p.cluster_by.join(", "),
+            p.cluster_by.is_empty(),
+        ),
+    ];
+    let defaults = d.maintenance.entries();
+    for ((name, value), (_, default)) in p.maintenance.entries().into_iter().zip(defaults) {
+        let is_default = value == default;
+        out.push((name.to_string(), value, is_default));
+    }
+    out
+}
+
+fn properties_batch(m: &Manifest) -> Result<RecordBatch> {
+    let rows = properties(m);
+    Ok(RecordBatch::try_new(
+        properties_schema(),
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r.0.as_str()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                rows.iter().map(|r| r.1.as_str()),
+            )),
+            Arc::new(BooleanArray::from_iter(rows.iter().map(|r| Some(r.2)))),
+        ],
+    )?)
 }

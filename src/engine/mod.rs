@@ -46,6 +46,7 @@ pub mod index_ops;
 pub mod ivf_bind;
 pub mod knn;
 pub mod knn_rule;
+pub mod maintain;
 pub mod maintenance;
 pub mod options;
 pub mod plan_cache;

@@ -68,6 +68,9 @@ extensions_options! {
         /// VACUUM keeps files and versions younger than this (seconds): a commit in
         /// progress may still need them. Must exceed the longest write.
         pub vacuum_grace_seconds: u64, default = 900
+        /// Threads the index builds of a `MAINTAIN` statement use (the maintainer of
+        /// `fragvec serve` has `--maintenance-threads`).
+        pub maintenance_threads: usize, default = 1
         /// A query reuses the newest version of a table this session knows, without asking
         /// the store, when the store confirmed it less than this many milliseconds ago
         /// (bounded staleness; the session's own commits are seen at once; statements that
@@ -140,17 +143,22 @@ impl ConfigExtension for FragvecOptions {
     const PREFIX: &'static str = "fragvec";
 }
 
+/// The name of `known` closest to a misspelt `key`, when one is close (edit distance at
+/// most 3, or a third of the name).
+pub fn closest_name<'a>(key: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    use datafusion::common::utils::datafusion_strsim::levenshtein;
+    known
+        .map(|k| (levenshtein(key, k), k))
+        .min()
+        .filter(|(distance, k)| *distance <= 3.max(k.len() / 3))
+        .map(|(_, k)| k)
+}
+
 /// What a misspelt option name is told: the closest option, when one is close, else the
 /// list.
 fn unknown_option(key: &str, known: &[String]) -> String {
-    use datafusion::common::utils::datafusion_strsim::levenshtein;
-    let closest = known
-        .iter()
-        .map(|k| (levenshtein(key, k), k))
-        .min()
-        .filter(|(distance, k)| *distance <= 3.max(k.len() / 3));
-    match closest {
-        Some((_, k)) => format!("there is no option fragvec.{key}; did you mean fragvec.{k}?"),
+    match closest_name(key, known.iter().map(String::as_str)) {
+        Some(k) => format!("there is no option fragvec.{key}; did you mean fragvec.{k}?"),
         None => format!(
             "there is no option fragvec.{key}; fragvec's options are {}",
             known

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::error::{FormatError, Result};
 use super::index_meta::{IndexDef, IndexSegment, validate_segments};
 use super::integrity::crc32c;
+use super::policy::MaintenancePolicy;
 use super::rowids::RowIdSequence;
 use crate::ledger::Transition;
 use crate::ledger::transition::KNOWN_MAPPINGS;
@@ -101,6 +102,13 @@ pub struct TableProperties {
     /// leave the column out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub column_defaults: Vec<(String, String)>,
+    /// What upkeep runs by itself (`ALTER TABLE t SET (auto_index = on, ...)`).
+    #[serde(default, skip_serializing_if = "is_default_policy")]
+    pub maintenance: MaintenancePolicy,
+}
+
+fn is_default_policy(p: &MaintenancePolicy) -> bool {
+    *p == MaintenancePolicy::default()
 }
 
 /// One `PRIMARY KEY (columns)` or `UNIQUE (columns)` constraint.
@@ -118,6 +126,7 @@ impl Default for TableProperties {
             cluster_by: vec![],
             constraints: vec![],
             column_defaults: vec![],
+            maintenance: MaintenancePolicy::default(),
         }
     }
 }

@@ -35,6 +35,7 @@ pub mod ledger_io;
 mod local;
 pub mod manifest;
 pub mod metered_store;
+pub mod policy;
 pub mod progress;
 pub mod ranges;
 pub mod row_map_file;

@@ -110,7 +110,11 @@ pub async fn vacuum(
         else {
             continue;
         };
-        if relative.starts_with(super::store::VERSIONS_DIR) || keep.contains(relative) {
+        // Maintenance leases and journal records are not table data (they tidy themselves).
+        if relative.starts_with(super::store::VERSIONS_DIR)
+            || relative.starts_with("_maintenance/")
+            || keep.contains(relative)
+        {
             continue;
         }
         if object.last_modified.timestamp_millis() > cutoff_ms {

@@ -293,7 +293,7 @@ pub fn partition(model: &IvfModel, vectors: &Vectors, phase: &Phase) -> Vec<Part
     if dim == 0 {
         return parts;
     }
-    let threads = std::thread::available_parallelism().map_or(1, |p| p.get());
+    let threads = super::parallel::build_threads();
     for (addrs, values) in vectors
         .addrs
         .chunks(ASSIGN_REPORT_ROWS)
@@ -409,7 +409,7 @@ fn on_every_core<T: Send>(
     work: impl Fn(&[f32]) -> Vec<T> + Sync,
 ) -> Vec<T> {
     let rows = values.len() / dim.max(1);
-    let threads = std::thread::available_parallelism().map_or(1, |p| p.get());
+    let threads = super::parallel::build_threads();
     let share = rows.div_ceil(threads).max(1);
     if dim == 0 || rows <= share {
         return work(values);

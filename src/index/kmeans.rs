@@ -36,9 +36,7 @@ pub fn assign(data: &[f32], dim: usize, centroids: &[f32]) -> Vec<(u32, f32)> {
     }
     let table = CentroidTable::new(centroids, dim);
     let n = data.len() / dim;
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |p| p.get())
-        .min(n.max(1));
+    let threads = super::parallel::build_threads().min(n.max(1));
     let chunk_rows = n.div_ceil(threads.max(1)).max(1);
     let mut out = vec![(0u32, 0f32); n];
     std::thread::scope(|scope| {

@@ -15,6 +15,26 @@ pub fn cores() -> usize {
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |p| p.get()))
 }
 
+tokio::task_local! {
+    /// Threads an index build may use in the current task (maintenance caps it with
+    /// `fragvec.maintenance_threads`, so that it leaves the other cores to queries).
+    static BUILD_THREADS: usize;
+}
+
+/// Threads an index build (k-means, assigning rows) uses: the task's cap when it runs under
+/// [`with_build_threads`], else every core.
+pub fn build_threads() -> usize {
+    BUILD_THREADS
+        .try_with(|n| *n)
+        .unwrap_or_else(|_| std::thread::available_parallelism().map_or(1, |p| p.get()))
+        .max(1)
+}
+
+/// Runs `work` with index builds inside it capped at `threads` threads.
+pub async fn with_build_threads<F: std::future::Future>(threads: usize, work: F) -> F::Output {
+    BUILD_THREADS.scope(threads.max(1), work).await
+}
+
 /// Runs `work` on every share, the first on the calling thread and each other on a thread
 /// of its own; the results come back in share order. A panic in a share is raised again on
 /// the calling thread.

@@ -344,6 +344,10 @@ impl Kind {
             FragvecStatement::Compact { .. } => return Kind::Other("COMPACT".into(), true),
             FragvecStatement::Recluster { .. } => return Kind::Other("RECLUSTER".into(), true),
             FragvecStatement::Vacuum { .. } => return Kind::Other("VACUUM".into(), true),
+            FragvecStatement::AlterTableProperties { .. } => {
+                return Kind::Other("ALTER TABLE".into(), true);
+            }
+            FragvecStatement::Maintain { .. } => return Kind::Other("MAINTAIN".into(), true),
         };
         let statement = match s {
             DFStatement::Statement(s) => s.as_ref(),

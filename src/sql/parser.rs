@@ -63,6 +63,18 @@ pub enum FragvecStatement {
         table: String,
         retain_versions: Option<u64>,
     },
+    /// `ALTER TABLE t SET (name = value, ...)` / `ALTER TABLE t RESET (name, ...)`: table
+    /// (maintenance) properties; `None` resets one to its default.
+    AlterTableProperties {
+        table: String,
+        changes: Vec<(String, Option<String>)>,
+    },
+    /// `MAINTAIN t [WITH (name = value, ...)]`: one maintenance round now, under the table's
+    /// policy with the options overriding it for this round.
+    Maintain {
+        table: String,
+        options: Vec<(String, String)>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -194,14 +206,7 @@ fn with_options(p: &mut Parser) -> Result<Vec<(String, String)>> {
             .value
             .to_ascii_lowercase();
         p.expect_token(&Token::Eq).map_err(sql_err)?;
-        let value = match p.next_token().token {
-            Token::Number(n, _) => n,
-            Token::SingleQuotedString(s) => s,
-            Token::Word(w) => w.value,
-            other => {
-                return plan_err!("bad value for option {key}: {other}");
-            }
-        };
+        let value = option_value(p, &key)?;
         options.push((key, value));
         if !p.consume_token(&Token::Comma) {
             break;
@@ -209,6 +214,48 @@ fn with_options(p: &mut Parser) -> Result<Vec<(String, String)>> {
     }
     p.expect_token(&Token::RParen).map_err(sql_err)?;
     Ok(options)
+}
+
+/// The value of `key = value`: a number (negative ones too, so that their error says what
+/// is wrong with them rather than with a minus sign), a string or a word.
+fn option_value(p: &mut Parser, key: &str) -> Result<String> {
+    Ok(match p.next_token().token {
+        Token::Number(n, _) => n,
+        Token::Minus => match p.next_token().token {
+            Token::Number(n, _) => format!("-{n}"),
+            other => return plan_err!("bad value for option {key}: -{other}"),
+        },
+        Token::SingleQuotedString(s) => s,
+        Token::Word(w) => w.value,
+        other => return plan_err!("bad value for option {key}: {other}"),
+    })
+}
+
+/// `ALTER TABLE t SET (k = v, ...)` or `ALTER TABLE t RESET (k, ...)`, after `ALTER TABLE`.
+fn alter_table_properties(p: &mut Parser) -> Result<FragvecStatement> {
+    let table = name(p)?;
+    let reset = word_is(&p.next_token().token, "reset");
+    p.expect_token(&Token::LParen).map_err(sql_err)?;
+    let mut changes = Vec::new();
+    loop {
+        let key = p
+            .parse_identifier()
+            .map_err(sql_err)?
+            .value
+            .to_ascii_lowercase();
+        let value = if reset {
+            None
+        } else {
+            p.expect_token(&Token::Eq).map_err(sql_err)?;
+            Some(option_value(p, &key)?)
+        };
+        changes.push((key, value));
+        if !p.consume_token(&Token::Comma) {
+            break;
+        }
+    }
+    p.expect_token(&Token::RParen).map_err(sql_err)?;
+    Ok(FragvecStatement::AlterTableProperties { table, changes })
 }
 
 /// Parses one of fragvec's own statements, or returns `None` (consuming nothing).
@@ -239,6 +286,23 @@ fn own_statement(p: &mut Parser) -> Result<Option<FragvecStatement>> {
             kind,
             options,
         }));
+    }
+    if is_keyword(&t0, Keyword::ALTER)
+        && is_keyword(&t1, Keyword::TABLE)
+        && matches!(t2, Token::Word(_))
+        && (is_keyword(&p.peek_nth_token(3).token, Keyword::SET)
+            || word_is(&p.peek_nth_token(3).token, "reset"))
+        && p.peek_nth_token(4).token == Token::LParen
+    {
+        p.next_token();
+        p.next_token();
+        return alter_table_properties(p).map(Some);
+    }
+    if word_is(&t0, "maintain") && matches!(t1, Token::Word(_)) {
+        p.next_token();
+        let table = name(p)?;
+        let options = with_options(p)?;
+        return Ok(Some(FragvecStatement::Maintain { table, options }));
     }
     if word_is(&t0, "compact") && matches!(t1, Token::Word(_)) {
         p.next_token();

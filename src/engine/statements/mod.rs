@@ -195,6 +195,19 @@ impl FragvecSession {
                 self.retrying(|| rewrite::vacuum(self, &table, retain_versions))
                     .await
             }
+            // Boxed: a round's future is large, and inlined it would grow every statement's.
+            FragvecStatement::AlterTableProperties { table, changes } => {
+                Box::pin(crate::engine::maintain::alter_properties(
+                    self, &table, &changes,
+                ))
+                .await
+            }
+            FragvecStatement::Maintain { table, options } => {
+                Box::pin(crate::engine::maintain::maintain_statement(
+                    self, &table, &options,
+                ))
+                .await
+            }
         }
     }
 

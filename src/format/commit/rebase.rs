@@ -168,6 +168,10 @@ pub fn apply(
     if let Some(keys) = &txn.cluster_by {
         next.properties.cluster_by = keys.clone();
     }
+    next.properties
+        .maintenance
+        .apply(&txn.policy_changes)
+        .map_err(|e| FormatError::invalid(e.to_string()))?;
     // Transitions no segment needs any more (their segments were merged or dropped).
     let roots: BTreeSet<u64> = next
         .index_segments

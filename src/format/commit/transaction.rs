@@ -19,6 +19,7 @@ use roaring::RoaringBitmap;
 use crate::format::fragment_io::WrittenFragment;
 use crate::format::index_meta::IndexDef;
 use crate::format::manifest::{DataFile, DeletionFile, Fragment, Operation};
+use crate::format::policy::PolicyChange;
 use crate::format::rowids::RowIdSequence;
 use crate::ledger::{FragmentDigest, Mapping, Transition};
 
@@ -182,6 +183,9 @@ pub struct Transaction {
     pub rewrites: Vec<Rewrite>,
     /// A new `CLUSTER BY` key (empty: none).
     pub cluster_by: Option<Vec<String>>,
+    /// `ALTER TABLE ... SET / RESET` of maintenance properties, applied in order to the
+    /// latest version's policy (so concurrent changes of other names survive a rebase).
+    pub policy_changes: Vec<PolicyChange>,
 }
 
 impl Transaction {
@@ -198,6 +202,7 @@ impl Transaction {
             read_fragment_files: BTreeMap::new(),
             rewrites: vec![],
             cluster_by: None,
+            policy_changes: vec![],
         }
     }
 
@@ -209,5 +214,6 @@ impl Transaction {
             && self.index_change.is_none()
             && self.rewrites.is_empty()
             && self.cluster_by.is_none()
+            && self.policy_changes.is_empty()
     }
 }

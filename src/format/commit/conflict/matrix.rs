@@ -51,9 +51,11 @@ enum Op {
     IndexRetrain,
     IndexDrop,
     AlterClusterKey,
+    /// `ALTER TABLE ... SET (auto_index_rows = n)`: a maintenance property.
+    AlterProperties,
 }
 
-const OPS: [Op; 14] = [
+const OPS: [Op; 15] = [
     Op::Append,
     Op::Delete,
     Op::UpdateRows,
@@ -68,6 +70,7 @@ const OPS: [Op; 14] = [
     Op::IndexRetrain,
     Op::IndexDrop,
     Op::AlterClusterKey,
+    Op::AlterProperties,
 ];
 
 /// How the two operations' targets relate: (winner's group, row), (ours's group, row).
@@ -157,7 +160,7 @@ fn txn(op: Op, m: &Manifest, (g, r): (u64, u32), name: &str) -> Transaction {
         Op::IndexCreate => Operation::CreateIndex,
         Op::IndexAppend | Op::IndexMerge | Op::IndexRetrain => Operation::OptimizeIndex,
         Op::IndexDrop => Operation::DropIndex,
-        Op::AlterClusterKey => Operation::AlterTable,
+        Op::AlterClusterKey | Op::AlterProperties => Operation::AlterTable,
     };
     let group = [2 * g, 2 * g + 1];
     let mut t = Transaction::new(operation, m.version);
@@ -251,6 +254,12 @@ fn txn(op: Op, m: &Manifest, (g, r): (u64, u32), name: &str) -> Transaction {
         }
         Op::IndexDrop => t.index_change = Some(IndexChange::Drop { name: "i".into() }),
         Op::AlterClusterKey => t.cluster_by = Some(vec![format!("{name}_key")]),
+        Op::AlterProperties => {
+            t.policy_changes = vec![crate::format::policy::PolicyChange {
+                name: "auto_index_rows".into(),
+                value: Some(format!("{}", 1000 + g)),
+            }]
+        }
     }
     t
 }

@@ -18,13 +18,15 @@
 //! the winner's vectors; a rewrite carries rows deleted since it read them into its outputs;
 //! an index build over a fragment rewritten in place marks it invalidated (scored by brute
 //! force); `ALTER TABLE ... CLUSTER BY` replaces the key (the last one committed wins; a
-//! concurrent RECLUSTER keeps the order of the key it read).
+//! concurrent RECLUSTER keeps the order of the key it read); `ALTER TABLE ... SET (auto_...)`
+//! applies its changes to the latest version's policy, so concurrent changes of other names
+//! both land.
 
 use super::Op;
 use super::Outcome::{self, Conflict as C, Rebase as R};
 
 #[rustfmt::skip]
-pub(super) const EXPECTED: [(Op, Op, [Outcome; 3]); 196] = [
+pub(super) static EXPECTED: [(Op, Op, [Outcome; 3]); 225] = [
     (Op::Append, Op::Append, [R, R, R]),
     (Op::Append, Op::Delete, [R, R, R]),
     (Op::Append, Op::UpdateRows, [R, R, R]),
@@ -39,6 +41,7 @@ pub(super) const EXPECTED: [(Op, Op, [Outcome; 3]); 196] = [
     (Op::Append, Op::IndexRetrain, [R, R, R]),
     (Op::Append, Op::IndexDrop, [R, R, R]),
     (Op::Append, Op::AlterClusterKey, [R, R, R]),
+    (Op::Append, Op::AlterProperties, [R, R, R]),
     (Op::Delete, Op::Append, [R, R, R]),
     (Op::Delete, Op::Delete, [C("RowsDeletedByWinner"), R, R]),
     (Op::Delete, Op::UpdateRows, [C("RowsDeletedByWinner"), R, R]),
@@ -53,6 +56,7 @@ pub(super) const EXPECTED: [(Op, Op, [Outcome; 3]); 196] = [
     (Op::Delete, Op::IndexRetrain, [R, R, R]),
     (Op::Delete, Op::IndexDrop, [R, R, R]),
     (Op::Delete, Op::AlterClusterKey, [R, R, R]),
+    (Op::Delete, Op::AlterProperties, [R, R, R]),
     (Op::UpdateRows, Op::Append, [R, R, R]),
     (Op::UpdateRows, Op::Delete, [C("RowsDeletedByWinner"), R, R]),
     (Op::UpdateRows, Op::UpdateRows, [C("RowsDeletedByWinner"), R, R]),
@@ -67,6 +71,7 @@ pub(super) const EXPECTED: [(Op, Op, [Outcome; 3]); 196] = [
     (Op::UpdateRows, Op::IndexRetrain, [R, R, R]),
     (Op::UpdateRows, Op::IndexDrop, [R, R, R]),
     (Op::UpdateRows, Op::AlterClusterKey, [R, R, R]),
+    (Op::UpdateRows, Op::AlterProperties, [R, R, R]),
     (Op::UpdateColumns, Op::Append, [R, R, R]),
     (Op::UpdateColumns, Op::Delete, [C("FragmentRewritten"), C("FragmentRewritten"), R]),
     (Op::UpdateColumns, Op::UpdateRows, [C("FragmentRewritten"), C("FragmentRewritten"), R]),
@@ -81,6 +86,7 @@ pub(super) const EXPECTED: [(Op, Op, [Outcome; 3]); 196] = [
     (Op::UpdateColumns, Op::IndexRetrain, [R, R, R]),
     (Op::UpdateColumns, Op::IndexDrop, [R, R, R]),
     (Op::UpdateColumns, Op::AlterClusterKey, [R, R, R]),
+    (Op::UpdateColumns, Op::AlterProperties, [R, R, R]),
     (Op::MergeRows, Op::Append, [R, R, R]),
     (Op::MergeRows, Op::Delete, [C("RowsDeletedByWinner"), R, R]),
     (Op::MergeRows, Op::UpdateRows, [C("RowsDeletedByWinner"), R, R]),
@@ -95,6 +101,7 @@ pub(super) const EXPECTED: [(Op, Op, [Outcome; 3]); 196] = [
     (Op::MergeRows, Op::IndexRetrain, [R, R, R]),
     (Op::MergeRows, Op::IndexDrop, [R, R, R]),
     (Op::MergeRows, Op::AlterClusterKey, [R, R, R]),
+    (Op::MergeRows, Op::AlterProperties, [R, R, R]),
     (Op::MergeColumns, Op::Append, [R, R, R]),
     (Op::MergeColumns, Op::Delete, [C("FragmentRewritten"), C("FragmentRewritten"), R]),
     (Op::MergeColumns, Op::UpdateRows, [C("FragmentRewritten"), C("FragmentRewritten"), R]),
@@ -109,6 +116,7 @@ pub(super) const EXPECTED: [(Op, Op, [Outcome; 3]); 196] = [
     (Op::MergeColumns, Op::IndexRetrain, [R, R, R]),
     (Op::MergeColumns, Op::IndexDrop, [R, R, R]),
     (Op::MergeColumns, Op::AlterClusterKey, [R, R, R]),
+    (Op::MergeColumns, Op::AlterProperties, [R, R, R]),
     (Op::Compact, Op::Append, [R, R, R]),
     (Op::Compact, Op::Delete, [C("FragmentRemoved"), C("FragmentRemoved"), R]),
     (Op::Compact, Op::UpdateRows, [C("FragmentRemoved"), C("FragmentRemoved"), R]),
@@ -123,6 +131,7 @@ pub(super) const EXPECTED: [(Op, Op, [Outcome; 3]); 196] = [
     (Op::Compact, Op::IndexRetrain, [C("FragmentLeftDuringBuild"), C("FragmentLeftDuringBuild"), C("FragmentLeftDuringBuild")]),
     (Op::Compact, Op::IndexDrop, [R, R, R]),
     (Op::Compact, Op::AlterClusterKey, [R, R, R]),
+    (Op::Compact, Op::AlterProperties, [R, R, R]),
     (Op::Recluster, Op::Append, [R, R, R]),
     (Op::Recluster, Op::Delete, [C("FragmentRemoved"), C("FragmentRemoved"), R]),
     (Op::Recluster, Op::UpdateRows, [C("FragmentRemoved"), C("FragmentRemoved"), R]),
@@ -137,6 +146,7 @@ pub(super) const EXPECTED: [(Op, Op, [Outcome; 3]); 196] = [
     (Op::Recluster, Op::IndexRetrain, [C("FragmentLeftDuringBuild"), C("FragmentLeftDuringBuild"), C("FragmentLeftDuringBuild")]),
     (Op::Recluster, Op::IndexDrop, [R, R, R]),
     (Op::Recluster, Op::AlterClusterKey, [R, R, R]),
+    (Op::Recluster, Op::AlterProperties, [R, R, R]),
     (Op::IndexCreate, Op::Append, [R, R, R]),
     (Op::IndexCreate, Op::Delete, [R, R, R]),
     (Op::IndexCreate, Op::UpdateRows, [R, R, R]),
@@ -151,6 +161,7 @@ pub(super) const EXPECTED: [(Op, Op, [Outcome; 3]); 196] = [
     (Op::IndexCreate, Op::IndexRetrain, [R, R, R]),
     (Op::IndexCreate, Op::IndexDrop, [R, R, R]),
     (Op::IndexCreate, Op::AlterClusterKey, [R, R, R]),
+    (Op::IndexCreate, Op::AlterProperties, [R, R, R]),
     (Op::IndexAppend, Op::Append, [R, R, R]),
     (Op::IndexAppend, Op::Delete, [R, R, R]),
     (Op::IndexAppend, Op::UpdateRows, [R, R, R]),
@@ -165,6 +176,7 @@ pub(super) const EXPECTED: [(Op, Op, [Outcome; 3]); 196] = [
     (Op::IndexAppend, Op::IndexRetrain, [R, R, R]),
     (Op::IndexAppend, Op::IndexDrop, [R, R, R]),
     (Op::IndexAppend, Op::AlterClusterKey, [R, R, R]),
+    (Op::IndexAppend, Op::AlterProperties, [R, R, R]),
     (Op::IndexMerge, Op::Append, [R, R, R]),
     (Op::IndexMerge, Op::Delete, [R, R, R]),
     (Op::IndexMerge, Op::UpdateRows, [R, R, R]),
@@ -179,6 +191,7 @@ pub(super) const EXPECTED: [(Op, Op, [Outcome; 3]); 196] = [
     (Op::IndexMerge, Op::IndexRetrain, [C("SegmentReplaced"), C("SegmentReplaced"), C("SegmentReplaced")]),
     (Op::IndexMerge, Op::IndexDrop, [R, R, R]),
     (Op::IndexMerge, Op::AlterClusterKey, [R, R, R]),
+    (Op::IndexMerge, Op::AlterProperties, [R, R, R]),
     (Op::IndexRetrain, Op::Append, [R, R, R]),
     (Op::IndexRetrain, Op::Delete, [R, R, R]),
     (Op::IndexRetrain, Op::UpdateRows, [R, R, R]),
@@ -193,6 +206,7 @@ pub(super) const EXPECTED: [(Op, Op, [Outcome; 3]); 196] = [
     (Op::IndexRetrain, Op::IndexRetrain, [C("IndexRedefined"), C("IndexRedefined"), C("IndexRedefined")]),
     (Op::IndexRetrain, Op::IndexDrop, [R, R, R]),
     (Op::IndexRetrain, Op::AlterClusterKey, [R, R, R]),
+    (Op::IndexRetrain, Op::AlterProperties, [R, R, R]),
     (Op::IndexDrop, Op::Append, [R, R, R]),
     (Op::IndexDrop, Op::Delete, [R, R, R]),
     (Op::IndexDrop, Op::UpdateRows, [R, R, R]),
@@ -207,6 +221,7 @@ pub(super) const EXPECTED: [(Op, Op, [Outcome; 3]); 196] = [
     (Op::IndexDrop, Op::IndexRetrain, [C("IndexDropped"), C("IndexDropped"), C("IndexDropped")]),
     (Op::IndexDrop, Op::IndexDrop, [C("IndexDropped"), C("IndexDropped"), C("IndexDropped")]),
     (Op::IndexDrop, Op::AlterClusterKey, [R, R, R]),
+    (Op::IndexDrop, Op::AlterProperties, [R, R, R]),
     (Op::AlterClusterKey, Op::Append, [R, R, R]),
     (Op::AlterClusterKey, Op::Delete, [R, R, R]),
     (Op::AlterClusterKey, Op::UpdateRows, [R, R, R]),
@@ -221,4 +236,20 @@ pub(super) const EXPECTED: [(Op, Op, [Outcome; 3]); 196] = [
     (Op::AlterClusterKey, Op::IndexRetrain, [R, R, R]),
     (Op::AlterClusterKey, Op::IndexDrop, [R, R, R]),
     (Op::AlterClusterKey, Op::AlterClusterKey, [R, R, R]),
+    (Op::AlterClusterKey, Op::AlterProperties, [R, R, R]),
+    (Op::AlterProperties, Op::Append, [R, R, R]),
+    (Op::AlterProperties, Op::Delete, [R, R, R]),
+    (Op::AlterProperties, Op::UpdateRows, [R, R, R]),
+    (Op::AlterProperties, Op::UpdateColumns, [R, R, R]),
+    (Op::AlterProperties, Op::MergeRows, [R, R, R]),
+    (Op::AlterProperties, Op::MergeColumns, [R, R, R]),
+    (Op::AlterProperties, Op::Compact, [R, R, R]),
+    (Op::AlterProperties, Op::Recluster, [R, R, R]),
+    (Op::AlterProperties, Op::IndexCreate, [R, R, R]),
+    (Op::AlterProperties, Op::IndexAppend, [R, R, R]),
+    (Op::AlterProperties, Op::IndexMerge, [R, R, R]),
+    (Op::AlterProperties, Op::IndexRetrain, [R, R, R]),
+    (Op::AlterProperties, Op::IndexDrop, [R, R, R]),
+    (Op::AlterProperties, Op::AlterClusterKey, [R, R, R]),
+    (Op::AlterProperties, Op::AlterProperties, [R, R, R]),
 ];

@@ -1,0 +1,184 @@
+//! The maintenance journal of a table: one small object per task under
+//! `_maintenance/journal/`, written when the task starts (outcome `running`) and again when
+//! it ends, so `fragvec_maintenance('t')` shows past and running tasks of every maintainer of
+//! the table, in any process. A task whose maintainer died shows as `interrupted` once its
+//! lease has expired. The journal keeps the newest [`KEEP`] records.
+
+use futures::TryStreamExt;
+use object_store::{ObjectStoreExt, PutPayload};
+use serde::{Deserialize, Serialize};
+
+use super::lease;
+use crate::format::error::{FormatError, Result};
+use crate::format::manifest::now_ms;
+use crate::format::store::TableDir;
+
+/// Folder of the journal, relative to the table root.
+pub const JOURNAL_DIR: &str = "_maintenance/journal";
+/// Records kept (older ones are removed when a round ends).
+pub const KEEP: usize = 500;
+
+/// One task.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// `<started_ms>-<tag>`: sorts by start time.
+    pub id: String,
+    pub kind: String,
+    pub detail: String,
+    pub maintainer: String,
+    pub started_ms: i64,
+    pub finished_ms: Option<i64>,
+    /// Rows the task read or rewrote.
+    pub rows: u64,
+    /// Bytes it wrote (new fragments or segment files), when known.
+    pub bytes: u64,
+    /// `running`, `done`, `nothing to do`, `gave way` (lost to concurrent commits),
+    /// `failed: ...`, `skipped: ...`; `interrupted` is derived when reading.
+    pub outcome: String,
+    /// Commit conflicts retried.
+    pub retries: u32,
+    /// The table version it committed, if any.
+    pub version: Option<u64>,
+}
+
+impl TaskRecord {
+    /// A task starting now.
+    pub fn start(kind: &str, detail: String, maintainer: &str, rows: u64) -> Self {
+        let started_ms = now_ms();
+        TaskRecord {
+            id: format!("{started_ms:015}-{}", crate::format::store::random_tag()),
+            kind: kind.to_string(),
+            detail,
+            maintainer: maintainer.to_string(),
+            started_ms,
+            finished_ms: None,
+            rows,
+            bytes: 0,
+            outcome: "running".into(),
+            retries: 0,
+            version: None,
+        }
+    }
+
+    pub fn finish(&mut self, outcome: impl Into<String>) {
+        self.finished_ms = Some(now_ms());
+        self.outcome = outcome.into();
+    }
+}
+
+fn object(id: &str) -> String {
+    format!("{JOURNAL_DIR}/{id}.json")
+}
+
+/// Writes (or overwrites) a record.
+pub async fn write(dir: &TableDir, record: &TaskRecord) -> Result<()> {
+    let path = dir.path(&object(&record.id));
+    let body = serde_json::to_vec(record).expect("a task record serializes");
+    dir.store()
+        .put(&path, PutPayload::from(body))
+        .await
+        .map_err(|e| FormatError::store(&path, e))?;
+    Ok(())
+}
+
+/// Every record, oldest first, with `running` tasks whose maintainer no longer holds an
+/// unexpired lease shown as `interrupted`.
+pub async fn read(dir: &TableDir) -> Result<Vec<TaskRecord>> {
+    let mut records = Vec::new();
+    for id in ids(dir).await? {
+        match dir.read(&object(&id)).await {
+            Ok(bytes) => match serde_json::from_slice::<TaskRecord>(&bytes) {
+                Ok(r) => records.push(r),
+                // A record is informational: a damaged one is skipped, not fatal.
+                Err(_) => continue,
+            },
+            Err(FormatError::ObjectStore {
+                source: object_store::Error::NotFound { .. },
+                ..
+            }) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    let held = lease::current(dir)
+        .await?
+        .filter(|(_, s)| s.expires_ms > now_ms())
+        .map(|(_, s)| s.holder);
+    for r in records.iter_mut().filter(|r| r.outcome == "running") {
+        if held.as_deref() != Some(r.maintainer.as_str()) {
+            r.outcome = "interrupted".into();
+        }
+    }
+    Ok(records)
+}
+
+async fn ids(dir: &TableDir) -> Result<Vec<String>> {
+    let prefix = dir.path(JOURNAL_DIR);
+    let mut ids: Vec<String> = dir
+        .store()
+        .list(Some(&prefix))
+        .map_ok(|m| m.location)
+        .try_collect::<Vec<_>>()
+        .await
+        .map_err(|e| FormatError::store(&prefix, e))?
+        .iter()
+        .filter_map(|p| Some(p.filename()?.strip_suffix(".json")?.to_string()))
+        .collect();
+    ids.sort();
+    Ok(ids)
+}
+
+/// Removes all but the newest [`KEEP`] records.
+pub async fn trim(dir: &TableDir) -> Result<()> {
+    let ids = ids(dir).await?;
+    for id in &ids[..ids.len().saturating_sub(KEEP)] {
+        let path = dir.path(&object(id));
+        match dir.store().delete(&path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(FormatError::store(&path, e)),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use object_store::memory::InMemory;
+    use object_store::path::Path;
+
+    use super::*;
+    use crate::format::Database;
+    use crate::maintain::lease::Lease;
+
+    #[tokio::test]
+    async fn records_round_trip_and_a_dead_maintainers_task_reads_as_interrupted() {
+        let db = Database::from_store(Arc::new(InMemory::new()), Path::from("db"), "m".into());
+        let dir = db.table("t").unwrap();
+        let lease = Lease::acquire(&dir, "alive", Duration::from_secs(60))
+            .await
+            .unwrap()
+            .unwrap();
+        let mut done = TaskRecord::start("compact", "4 fragments into 1".into(), "alive", 400);
+        done.finish("done");
+        write(&dir, &done).await.unwrap();
+        let running = TaskRecord::start("index_append", "i: 10 rows".into(), "alive", 10);
+        write(&dir, &running).await.unwrap();
+        let orphan = TaskRecord::start("index_merge", "i".into(), "dead", 10);
+        write(&dir, &orphan).await.unwrap();
+        let got = read(&dir).await.unwrap();
+        let outcome = |id: &str| got.iter().find(|r| r.id == id).unwrap().outcome.clone();
+        assert_eq!(got.len(), 3);
+        assert_eq!(outcome(&done.id), "done");
+        assert_eq!(outcome(&running.id), "running");
+        assert_eq!(outcome(&orphan.id), "interrupted");
+        lease.release(&dir).await.unwrap();
+        let got = read(&dir).await.unwrap();
+        let running = got.iter().find(|r| r.id == running.id).unwrap();
+        assert_eq!(
+            running.outcome, "interrupted",
+            "its maintainer gave the lease up"
+        );
+    }
+}
