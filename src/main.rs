@@ -31,6 +31,9 @@ async fn run(cli: Cli) -> Result<(), String> {
     if let Some(Command::Serve(args)) = &cli.command {
         return fragvec::cli::serve::run(session, args, cli.database()).await;
     }
+    if let Some(Command::Maintain(args)) = &cli.command {
+        return fragvec::cli::maintain::run(session, args).await;
+    }
     progress::install(&session, cli.progress);
     if let Some(Command::Demo) = cli.command {
         return demo::run(&session, cli.format).await;

@@ -453,6 +453,7 @@ fn every_option_in_help_is_documented() {
     for args in [
         vec!["--help"],
         vec!["serve", "--help"],
+        vec!["maintain", "--help"],
         vec!["worker", "--help"],
     ] {
         let (code, out, err) = fragvec(dir.path().join("db"), &args);

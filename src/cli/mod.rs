@@ -2,6 +2,7 @@
 
 pub mod demo;
 pub mod describe;
+pub mod maintain;
 pub mod output;
 pub mod progress;
 pub mod serve;
@@ -78,6 +79,10 @@ pub enum Command {
     /// and, with --flight, Arrow Flight SQL clients (ADBC, pyarrow) until SIGTERM or Ctrl-C.
     #[command(after_help = serve::EXAMPLES)]
     Serve(serve::ServeArgs),
+    /// Maintain the database's tables in the foreground (index, compact, merge, vacuum as
+    /// their properties say) until SIGTERM or Ctrl-C; for databases no `serve` maintains.
+    #[command(after_help = maintain::EXAMPLES)]
+    Maintain(maintain::MaintainArgs),
 }
 
 impl Cli {

@@ -187,6 +187,7 @@ async fn start_maintainer(
         interval: Duration::from_secs_f64(args.maintenance_interval),
         threads: args.maintenance_threads.max(1),
         log: Some(Arc::new(|line: &str| eprintln!("{line}"))),
+        ..Default::default()
     };
     Maintainer::start(session, config)
         .await
@@ -194,7 +195,7 @@ async fn start_maintainer(
         .map_err(|e| format!("cannot start the maintainer: {e}"))
 }
 
-async fn wait_for_signal() {
+pub(super) async fn wait_for_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

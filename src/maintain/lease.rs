@@ -206,6 +206,10 @@ impl Lease {
     pub fn holder(&self) -> &str {
         &self.holder
     }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
 }
 
 /// A holder name for this process: `host:pid:tag`.

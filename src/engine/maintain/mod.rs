@@ -103,6 +103,17 @@ impl FragvecSession {
         table: &str,
         overrides: &[(String, String)],
     ) -> Result<RoundReport> {
+        self.maintain_leased(table, overrides, DEFAULT_TTL).await
+    }
+
+    /// [`Self::maintain`] with a lease of `lease_ttl`: how long the table waits for this
+    /// process if it dies mid-round.
+    pub async fn maintain_leased(
+        &self,
+        table: &str,
+        overrides: &[(String, String)],
+        lease_ttl: Duration,
+    ) -> Result<RoundReport> {
         let first = self.latest_snapshot(table).await?;
         let policy = policy_of(&first, overrides)?;
         let mut report = RoundReport {
@@ -117,7 +128,7 @@ impl FragvecSession {
             return Ok(report);
         }
         let dir = first.dir.clone();
-        let mut lease = match Lease::acquire(&dir, holder(), DEFAULT_TTL).await? {
+        let mut lease = match Lease::acquire(&dir, holder(), lease_ttl).await? {
             Ok(lease) => lease,
             Err(busy) => {
                 report.notes.push(busy.to_string());
@@ -399,7 +410,7 @@ async fn renewing<T>(
     loop {
         tokio::select! {
             out = &mut work => return out,
-            _ = tokio::time::sleep(DEFAULT_TTL / 3), if held => {
+            _ = tokio::time::sleep(lease.ttl() / 3), if held => {
                 held = lease.renew(dir).await.unwrap_or(false);
             }
         }

@@ -27,6 +27,9 @@ pub struct MaintainerConfig {
     pub interval: Duration,
     /// Threads its tasks use.
     pub threads: usize,
+    /// How long its lease on a table lasts unrenewed (how long a table waits for a
+    /// maintainer that died).
+    pub lease_ttl: Duration,
     /// Where each task's one-line log goes (`None`: nowhere).
     pub log: Option<LogSink>,
 }
@@ -36,6 +39,7 @@ impl std::fmt::Debug for MaintainerConfig {
         f.debug_struct("MaintainerConfig")
             .field("interval", &self.interval)
             .field("threads", &self.threads)
+            .field("lease_ttl", &self.lease_ttl)
             .field("log", &self.log.is_some())
             .finish()
     }
@@ -46,6 +50,7 @@ impl Default for MaintainerConfig {
         Self {
             interval: Duration::from_secs(10),
             threads: 1,
+            lease_ttl: crate::maintain::lease::DEFAULT_TTL,
             log: None,
         }
     }
@@ -100,6 +105,18 @@ impl Drop for Maintainer {
     }
 }
 
+/// One pass over the tables of `session`'s database on the calling task (`fragvec maintain
+/// --interval 0`), with index builds capped at `config.threads` threads.
+pub async fn maintain_once(session: &FragvecSession, config: &MaintainerConfig) -> Result<()> {
+    let log = |line: &str| {
+        if let Some(log) = &config.log {
+            log(line)
+        }
+    };
+    let (_keep, stopped) = watch::channel(false);
+    with_build_threads(config.threads, pass(session, config, &log, &stopped)).await
+}
+
 /// Nice 10 for the calling thread (Linux applies nice per thread); best effort.
 fn lower_priority() {
     #[cfg(target_os = "linux")]
@@ -121,7 +138,7 @@ async fn run(
         }
     };
     loop {
-        if let Err(e) = pass(&session, &log, &stopped).await {
+        if let Err(e) = pass(&session, &config, &log, &stopped).await {
             log(&format!("maintenance: {e}"));
         }
         tokio::select! {
@@ -137,6 +154,7 @@ async fn run(
 /// One pass over the database's tables.
 async fn pass(
     session: &FragvecSession,
+    config: &MaintainerConfig,
     log: &dyn Fn(&str),
     stopped: &watch::Receiver<bool>,
 ) -> Result<()> {
@@ -151,7 +169,7 @@ async fn pass(
         if !snapshot.manifest.properties.maintenance.is_active() {
             continue;
         }
-        match session.maintain(&table, &[]).await {
+        match session.maintain_leased(&table, &[], config.lease_ttl).await {
             Ok(report) => {
                 for t in &report.tasks {
                     log(&format!(
