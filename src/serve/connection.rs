@@ -37,6 +37,7 @@ use pgwire::messages::extendedquery::{
 use pgwire::messages::response::NoticeResponse;
 use tokio::sync::OnceCell;
 
+use super::bound_insert::{self, InsertShape};
 use super::params;
 use super::pg_catalog;
 use super::run::{CancelSignal, Output, Runner, df_error, error_info};
@@ -64,6 +65,8 @@ pub struct Shared {
 #[derive(Debug, Clone)]
 pub struct Prepared {
     pub sql: Arc<str>,
+    /// The statement's shape when it is a plain INSERT of parameters (computed once).
+    pub insert: Arc<std::sync::OnceLock<Option<InsertShape>>>,
     pub described: Arc<Mutex<Vec<Type>>>,
     /// Whether Describe told the client the statement returns no rows: its Execute may then
     /// send none (a fragvec statement's one-row report becomes its command tag).
@@ -74,6 +77,7 @@ impl Prepared {
     fn new(sql: &str) -> Self {
         Self {
             sql: sql.into(),
+            insert: Arc::default(),
             described: Arc::default(),
             described_no_rows: Arc::default(),
         }
@@ -119,6 +123,36 @@ impl Connection {
             })
             .await
             .map_err(|e| user_error(df_error(&e)))
+    }
+
+    /// Runs a portal: a plain INSERT of parameters on its decoded values
+    /// ([`super::bound_insert`]), anything else as its SQL with the values spliced in.
+    async fn run_portal(
+        &self,
+        portal: &Portal<Prepared>,
+        cancel: CancelSignal,
+    ) -> PgWireResult<Vec<Result<Output, ErrorInfo>>> {
+        let prepared = &portal.statement.statement;
+        let shape = prepared
+            .insert
+            .get_or_init(|| bound_insert::shape(&prepared.sql));
+        if let Some(shape) = shape
+            && let Some(values) = bound_values(portal)?
+        {
+            let session = self.session().await?;
+            let runner = Runner {
+                session,
+                block: &self.block,
+                settings: &self.settings,
+                allow_files: &self.shared.allow_files,
+                cancel: tokio::sync::Mutex::new(cancel),
+            };
+            if let Some(out) = runner.bound_insert(&prepared.sql, shape, &values).await {
+                return Ok(vec![out]);
+            }
+            return Ok(runner.run(&bound_sql(portal)?).await);
+        }
+        self.run(&bound_sql(portal)?, cancel).await
     }
 
     /// Runs `sql`; `cancel` stops the statement running when it fires.
@@ -249,26 +283,52 @@ impl QueryParser for NoParser {
     }
 }
 
+/// The type of a portal's parameter `i`: the one the client gave, else the one Describe
+/// told it.
+fn parameter_type(portal: &Portal<Prepared>, i: usize) -> Type {
+    let stmt = &portal.statement;
+    let described = stmt
+        .statement
+        .described
+        .lock()
+        .expect("lock")
+        .get(i)
+        .cloned();
+    stmt.parameter_types
+        .get(i)
+        .cloned()
+        .flatten()
+        .filter(|t| *t != Type::UNKNOWN)
+        .or(described)
+        .unwrap_or(Type::UNKNOWN)
+}
+
+/// A portal's parameters decoded for [`bound_insert`]; `None` when one is of a type it does
+/// not take.
+fn bound_values(portal: &Portal<Prepared>) -> PgWireResult<Option<Vec<bound_insert::Value>>> {
+    let mut values = Vec::with_capacity(portal.parameters.len());
+    for (i, value) in portal.parameters.iter().enumerate() {
+        let format = portal.parameter_format.format_for(i);
+        match bound_insert::decode(&parameter_type(portal, i), format, value.as_deref()) {
+            Ok(Some(v)) => values.push(v),
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                return Err(user_error(error_info(
+                    e.sqlstate,
+                    format!("parameter ${}: {}", i + 1, e.message),
+                )));
+            }
+        }
+    }
+    Ok(Some(values))
+}
+
 /// The SQL of a portal: the statement's text with the bound values spliced in.
 fn bound_sql(portal: &Portal<Prepared>) -> PgWireResult<String> {
     let stmt = &portal.statement;
     let mut literals = Vec::with_capacity(portal.parameters.len());
     for (i, value) in portal.parameters.iter().enumerate() {
-        let described = stmt
-            .statement
-            .described
-            .lock()
-            .expect("lock")
-            .get(i)
-            .cloned();
-        let ty = stmt
-            .parameter_types
-            .get(i)
-            .cloned()
-            .flatten()
-            .filter(|t| *t != Type::UNKNOWN)
-            .or(described)
-            .unwrap_or(Type::UNKNOWN);
+        let ty = parameter_type(portal, i);
         let format = portal.parameter_format.format_for(i);
         let lit = params::literal(&ty, format, value.as_deref()).map_err(|e| {
             user_error(error_info(
@@ -433,14 +493,13 @@ impl ExtendedQueryHandler for Connection {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let sql = bound_sql(portal)?;
         // The statement runs here, where pgwire does not watch for a cancel request: this
         // does (Execute, which pgwire watches, then only sends what ran).
         let cancel = match client.session_extensions().get::<Arc<ConnectionHandle>>() {
             Some(handle) => CancelSignal::new(handle.start_query().await),
             None => CancelSignal::never(),
         };
-        let mut outputs = self.run(&sql, cancel).await?;
+        let mut outputs = self.run_portal(portal, cancel).await?;
         let described = match outputs.first() {
             Some(Ok(Output::Rows(r))) => {
                 let binary = |i| portal.result_column_format.format_for(i) == FieldFormat::Binary;
@@ -481,9 +540,8 @@ impl ExtendedQueryHandler for Connection {
         let mut outputs = match kept {
             Some(o) => o,
             None => {
-                let sql = bound_sql(portal)?;
                 // pgwire races Execute against the connection's cancel request itself.
-                let mut outputs = self.run(&sql, CancelSignal::never()).await?;
+                let mut outputs = self.run_portal(portal, CancelSignal::never()).await?;
                 if portal
                     .statement
                     .statement

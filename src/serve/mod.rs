@@ -15,6 +15,7 @@
 //! [`flight`], over the same root session.
 
 pub mod auth;
+pub mod bound_insert;
 pub mod connection;
 pub mod files;
 #[cfg(feature = "flight")]

@@ -35,7 +35,7 @@ impl ParamError {
             message: message.into(),
         }
     }
-    fn binary_format(message: impl Into<String>) -> Self {
+    pub fn binary_format(message: impl Into<String>) -> Self {
         Self {
             sqlstate: "22P03",
             message: message.into(),

@@ -14,6 +14,7 @@ use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
 use futures::channel::oneshot;
 use pgwire::error::ErrorInfo;
 
+use super::bound_insert::{InsertShape, Value as InsertValue};
 use super::files::AllowedFiles;
 use super::pg_catalog;
 use super::settings::{self, SettingStatement, Settings};
@@ -222,6 +223,41 @@ impl Runner<'_> {
         self.guarded(kind, text, outcome)
             .await
             .expect("a statement always answers")
+    }
+
+    /// A prepared INSERT of bound values appended without SQL text
+    /// ([`super::bound_insert`]); `None` when it must take the general path (which then
+    /// gives what the spliced statement gives, errors included).
+    pub async fn bound_insert(
+        &self,
+        sql: &str,
+        shape: &InsertShape,
+        values: &[InsertValue],
+    ) -> Option<Result<Output, ErrorInfo>> {
+        if self.block.lock().expect("lock").admit().is_err() {
+            return None; // the full path reports it
+        }
+        let Ok(Some((schema, defaults))) = self.session.table_columns(&shape.table).await else {
+            return None;
+        };
+        let batch = match super::bound_insert::batch(shape, &schema, &defaults, values) {
+            Ok(Some(batch)) => batch,
+            Ok(None) => return None,
+            Err(message) => {
+                self.block.lock().expect("lock").failed();
+                return Some(Err(error_info(code::DATA_EXCEPTION, message)));
+            }
+        };
+        let text = self
+            .block
+            .lock()
+            .expect("lock")
+            .is_open()
+            .then(|| sql.to_string());
+        let session = self.session;
+        let table = shape.table.as_str();
+        let append = async move { session.append_batch(table, batch).await.map(Some) };
+        self.guarded(Kind::Insert, text, append).await
     }
 
     /// `sql` answered by the kept plan of its shape (a repeated KNN query with another

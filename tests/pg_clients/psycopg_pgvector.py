@@ -122,6 +122,21 @@ def main():
     check_eq(cur.rowcount, 2, "rowcount after an INSERT of two rows")
     model[7], model[8] = ROWS[7][1], ROWS[8][1]
 
+    step("INSERT of several rows of bound values in one statement (appended without SQL text)")
+    many = "INSERT INTO %s (id, category, emb) VALUES (%%s, %%s, %%s), (%%s, %%s, %%s), (%%s, %%s, %%s)" % ITEMS
+    cur.execute(many, (100, 1, np.array([9, 9, 9], dtype=np.float32), 101, 2, Vector([8, 8, 8]), 102, None, None))
+    check_eq(cur.rowcount, 3, "rowcount after an INSERT of three bound rows")
+    got = conn.execute("SELECT id, category, emb IS NULL FROM %s WHERE id >= 100 ORDER BY id" % ITEMS).fetchall()
+    check_eq(got, [(100, 1, False), (101, 2, False), (102, None, True)], "the three rows, NULLs kept")
+    e = expect_error(conn, many, (103, 1, np.array([1, 2], dtype=np.float32), 104, 1, None, 105, 1, None),
+                     sqlstate="22000", what="a 2-d vector among bound rows into VECTOR(3)")
+    check("VECTOR(3)" in str(e), "the error names the column's type: %s", e)
+    e = expect_error(conn, many, (106, 2 ** 40, None, 107, 1, None, 108, 1, None), what="a category too big for INT")
+    note("an INT overflow among bound rows: SQLSTATE %s: %s", e.sqlstate, e)
+    check_eq(conn.execute("SELECT count(*) FROM %s WHERE id >= 103" % ITEMS).fetchone(), (0,),
+             "a refused multi-row INSERT wrote nothing")
+    conn.execute("DELETE FROM %s WHERE id >= 100" % ITEMS)
+
     step("read every vector back, binary results")
     got = conn.cursor(binary=True).execute("SELECT id, emb FROM %s ORDER BY id" % ITEMS).fetchall()
     check_eq({i: vec_list(v) for i, v in got}, {i: [float(x) for x in v] for i, v in model.items()}, "rows (binary)")

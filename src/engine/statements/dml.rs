@@ -148,3 +148,53 @@ async fn finder_frame(session: &FragvecSession, sql: &str) -> Result<DataFrame> 
     let plan = state.statement_to_plan(statement).await?;
     Ok(DataFrame::new(state, plan))
 }
+
+impl FragvecSession {
+    /// The columns of fragvec table `table` and the names of those with a `DEFAULT`; `None`
+    /// when no fragvec table has that name (it may be a session table).
+    pub async fn table_columns(
+        &self,
+        table: &str,
+    ) -> Result<Option<(datafusion::arrow::datatypes::SchemaRef, Vec<String>)>> {
+        let dir = std::sync::Arc::new(self.database().table(table)?);
+        match dir.latest().await {
+            Ok(s) => {
+                let defaults = s.manifest.properties.column_defaults.iter();
+                Ok(Some((
+                    s.schema.clone(),
+                    defaults.map(|(c, _)| c.clone()).collect(),
+                )))
+            }
+            Err(crate::format::FormatError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Appends `batch` — the table's columns in order, cast to their types as INSERT casts
+    /// (a value that does not fit is an error; NOT NULL and vector rules hold) — to fragvec
+    /// table `table` as one commit. Returns INSERT's result: the count of rows appended.
+    pub async fn append_batch(
+        &self,
+        table: &str,
+        batch: datafusion::arrow::array::RecordBatch,
+    ) -> Result<StatementResult> {
+        use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+        self.plans.clear();
+        let snapshot = self.latest_snapshot(table).await?;
+        if batch.num_columns() != snapshot.schema.fields().len() {
+            return datafusion::common::plan_err!(
+                "table '{table}' has {} columns, the rows {}",
+                snapshot.schema.fields().len(),
+                batch.num_columns()
+            );
+        }
+        let schema = batch.schema();
+        let stream = Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            futures::stream::iter([Ok(batch)]),
+        ));
+        let n =
+            crate::engine::write::append_streams(&snapshot, vec![stream], &self.progress()).await?;
+        StatementResult::count(n)
+    }
+}
