@@ -17,13 +17,14 @@
 //!    imbalance — largest partition's rows × partitions ÷ rows — exceeds `x` has drifted
 //!    away from its centroids (new rows crowd a few partitions, so a probe reads more).
 //! 5. **Compact** (`auto_compact`): fragments are grouped by size tier (a factor
-//!    `auto_compact_small_fragments` per tier) within one index coverage, and the
+//!    `auto_compact_small_fragments` per tier, everything below its square one tier) within
+//!    one index coverage, and the
 //!    compaction planner runs over them once some run of one tier holds
 //!    `auto_compact_small_fragments` fragments or a fragment is heavy with deleted rows.
 //!    Tiers keep each row's rewrites to about log_F(rows) as a table grows by small
 //!    appends, instead of rewriting the growing tail fragment every round.
 //! 6. **Vacuum** (`auto_vacuum_retain = n`): once there are more than `n + n/2 + 1`
-//!    versions, at most once per minute.
+//!    versions, at most once every 30 s.
 //!
 //! What a rule would do but may not (over the step budget) is reported as a note, so
 //! `MAINTAIN` and `fragvec_maintenance` say why nothing happened.
@@ -165,10 +166,14 @@ pub struct Plan {
     pub notes: Vec<String>,
 }
 
-/// Least time between two vacuums of a table by the maintainer.
-pub const VACUUM_EVERY_MS: u64 = 60_000;
+/// Least time between two vacuums of a table by the maintainer (a vacuum reads every
+/// manifest younger than its grace period).
+pub const VACUUM_EVERY_MS: u64 = 30_000;
 
-/// The size tier of a fragment of `live` rows: ⌊log_fanout(live)⌋.
+/// The size tier of a fragment of `live` rows: ⌊log_fanout(live)⌋ − 1, so that everything
+/// below fanout² rows is one tier. A streaming table interleaves fragments of very
+/// different small sizes (a 100-row insert, a 1-row UPDATE's new version): were they tiers
+/// of their own, no run of one tier would ever grow long enough to be compacted.
 pub fn size_tier(live: u64, fanout: u64) -> u32 {
     let fanout = fanout.max(2);
     let (mut tier, mut bound) = (0u32, fanout);
@@ -179,7 +184,7 @@ pub fn size_tier(live: u64, fanout: u64) -> u32 {
             break;
         }
     }
-    tier
+    tier.saturating_sub(1)
 }
 
 fn tiered(coverage: u64, tier: u32) -> u64 {

@@ -61,13 +61,14 @@ fn kinds(p: &Plan) -> Vec<&'static str> {
 }
 
 #[test]
-fn size_tiers_are_powers_of_the_fanout() {
+fn size_tiers_are_powers_of_the_fanout_above_its_square() {
     assert_eq!(size_tier(0, 16), 0);
-    assert_eq!(size_tier(15, 16), 0);
-    assert_eq!(size_tier(16, 16), 1);
-    assert_eq!(size_tier(255, 16), 1);
-    assert_eq!(size_tier(256, 16), 2);
-    assert_eq!(size_tier(u64::MAX, 2), 63);
+    assert_eq!(size_tier(1, 16), 0);
+    assert_eq!(size_tier(255, 16), 0, "a 1-row and a 100-row fragment are one tier");
+    assert_eq!(size_tier(256, 16), 1);
+    assert_eq!(size_tier(4095, 16), 1);
+    assert_eq!(size_tier(4096, 16), 2);
+    assert_eq!(size_tier(u64::MAX, 2), 62);
     assert_eq!(
         size_tier(100, 1),
         size_tier(100, 2),
@@ -247,10 +248,11 @@ fn compaction_waits_for_a_run_of_one_tier_and_never_mixes_coverage() {
     };
     assert_eq!(bins.len(), 1);
     assert_eq!(bins[0].fragments, [1, 2, 3, 4]);
-    // The output (400 rows, tier 2) later sits beside new 100-row ones (tier 1) without
-    // being rewritten with them until its own tier fills.
+    // The output (400 rows: tier 1 of fanout 4) later sits beside new small ones (tier 0)
+    // without being rewritten with them until its own tier fills; 1-row and 10-row
+    // fragments (an UPDATE's, an INSERT's) are one tier.
     let mut later = vec![fragment(0, 500_000, 7), fragment(5, 400, 0)];
-    later.extend((6..10).map(|i| fragment(i, 100, 0)));
+    later.extend((6..10).map(|i| fragment(i, 1 + 9 * (i % 2), 0)));
     let p2 = super::plan(&p, &facts(later, vec![])).unwrap();
     let Task::Compact { bins } = &p2.tasks[0] else {
         panic!("{p2:?}")
