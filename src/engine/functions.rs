@@ -50,7 +50,7 @@ impl Kind {
             Kind::Table(view) => view.schema(),
             Kind::Indexes => indexes_schema(),
             Kind::Properties => properties_schema(),
-            Kind::Maintenance => super::maintain::journal_schema(),
+            Kind::Maintenance => crate::maintain::journal::journal_schema(),
         }
     }
 }
@@ -124,7 +124,9 @@ impl IntrospectTable {
             Kind::Maintenance => {
                 // Only a table that exists has a journal worth reading.
                 dir.latest().await?;
-                super::maintain::journal_batch(&crate::maintain::journal::read(&dir).await?)?
+                crate::maintain::journal::journal_batch(
+                    &crate::maintain::journal::read(&dir).await?,
+                )?
             }
         })
     }

@@ -4,6 +4,13 @@
 //! the table, in any process. A task whose maintainer died shows as `interrupted` once its
 //! lease has expired. The journal keeps the newest [`KEEP`] records.
 
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    ArrayRef, RecordBatch, StringArray, TimestampMillisecondArray, UInt32Array, UInt64Array,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::error::ArrowError;
 use futures::TryStreamExt;
 use object_store::{ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
@@ -140,9 +147,57 @@ pub async fn trim(dir: &TableDir) -> Result<()> {
     Ok(())
 }
 
+/// The columns of `MAINTAIN t` and `fragvec_maintenance('t')`.
+pub fn journal_schema() -> SchemaRef {
+    let ts = || DataType::Timestamp(TimeUnit::Millisecond, None);
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("kind", DataType::Utf8, false),
+        Field::new("detail", DataType::Utf8, false),
+        Field::new("started", ts(), false),
+        Field::new("finished", ts(), true),
+        Field::new("rows", DataType::UInt64, false),
+        Field::new("bytes", DataType::UInt64, false),
+        Field::new("outcome", DataType::Utf8, false),
+        Field::new("retries", DataType::UInt32, false),
+        Field::new("version", DataType::UInt64, true),
+        Field::new("maintainer", DataType::Utf8, false),
+    ]))
+}
+
+/// Task records as a batch of [`journal_schema`].
+pub fn journal_batch(records: &[TaskRecord]) -> std::result::Result<RecordBatch, ArrowError> {
+    let strings = |f: &dyn Fn(&TaskRecord) -> &str| {
+        Arc::new(StringArray::from_iter_values(records.iter().map(f))) as ArrayRef
+    };
+    let columns: Vec<ArrayRef> = vec![
+        strings(&|r| &r.id),
+        strings(&|r| &r.kind),
+        strings(&|r| &r.detail),
+        Arc::new(TimestampMillisecondArray::from_iter_values(
+            records.iter().map(|r| r.started_ms),
+        )),
+        Arc::new(TimestampMillisecondArray::from_iter(
+            records.iter().map(|r| r.finished_ms),
+        )),
+        Arc::new(UInt64Array::from_iter_values(
+            records.iter().map(|r| r.rows),
+        )),
+        Arc::new(UInt64Array::from_iter_values(
+            records.iter().map(|r| r.bytes),
+        )),
+        strings(&|r| &r.outcome),
+        Arc::new(UInt32Array::from_iter_values(
+            records.iter().map(|r| r.retries),
+        )),
+        Arc::new(UInt64Array::from_iter(records.iter().map(|r| r.version))),
+        strings(&|r| &r.maintainer),
+    ];
+    RecordBatch::try_new(journal_schema(), columns)
+}
+
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::time::Duration;
 
     use object_store::memory::InMemory;

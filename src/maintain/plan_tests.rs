@@ -64,7 +64,11 @@ fn kinds(p: &Plan) -> Vec<&'static str> {
 fn size_tiers_are_powers_of_the_fanout_above_its_square() {
     assert_eq!(size_tier(0, 16), 0);
     assert_eq!(size_tier(1, 16), 0);
-    assert_eq!(size_tier(255, 16), 0, "a 1-row and a 100-row fragment are one tier");
+    assert_eq!(
+        size_tier(255, 16),
+        0,
+        "a 1-row and a 100-row fragment are one tier"
+    );
     assert_eq!(size_tier(256, 16), 1);
     assert_eq!(size_tier(4095, 16), 1);
     assert_eq!(size_tier(4096, 16), 2);

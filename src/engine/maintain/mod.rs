@@ -19,10 +19,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use datafusion::arrow::array::{
-    ArrayRef, RecordBatch, StringArray, TimestampMillisecondArray, UInt32Array, UInt64Array,
-};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::array::{RecordBatch, UInt64Array};
 use datafusion::common::{Result, plan_datafusion_err};
 
 pub use scheduler::{Maintainer, MaintainerConfig};
@@ -34,7 +31,7 @@ use crate::format::manifest::{Manifest, ROW_ADDR};
 use crate::format::policy::{MaintenancePolicy, NAMES, PolicyError};
 use crate::format::vacuum::vacuum;
 use crate::index::optimize::{Optimize, optimize};
-use crate::maintain::journal::{self, TaskRecord};
+use crate::maintain::journal::{self, TaskRecord, journal_batch, journal_schema};
 use crate::maintain::lease::{DEFAULT_TTL, Lease, holder_name};
 use crate::maintain::plan::{self, Task};
 
@@ -415,55 +412,6 @@ async fn renewing<T>(
             }
         }
     }
-}
-
-/// The columns of `MAINTAIN t` and `fragvec_maintenance('t')`.
-pub fn journal_schema() -> SchemaRef {
-    let ts = || DataType::Timestamp(TimeUnit::Millisecond, None);
-    Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Utf8, false),
-        Field::new("kind", DataType::Utf8, false),
-        Field::new("detail", DataType::Utf8, false),
-        Field::new("started", ts(), false),
-        Field::new("finished", ts(), true),
-        Field::new("rows", DataType::UInt64, false),
-        Field::new("bytes", DataType::UInt64, false),
-        Field::new("outcome", DataType::Utf8, false),
-        Field::new("retries", DataType::UInt32, false),
-        Field::new("version", DataType::UInt64, true),
-        Field::new("maintainer", DataType::Utf8, false),
-    ]))
-}
-
-/// Task records as a batch of [`journal_schema`].
-pub fn journal_batch(records: &[TaskRecord]) -> Result<RecordBatch> {
-    let strings = |f: &dyn Fn(&TaskRecord) -> &str| {
-        Arc::new(StringArray::from_iter_values(records.iter().map(f))) as ArrayRef
-    };
-    let columns: Vec<ArrayRef> = vec![
-        strings(&|r| &r.id),
-        strings(&|r| &r.kind),
-        strings(&|r| &r.detail),
-        Arc::new(TimestampMillisecondArray::from_iter_values(
-            records.iter().map(|r| r.started_ms),
-        )),
-        Arc::new(TimestampMillisecondArray::from_iter(
-            records.iter().map(|r| r.finished_ms),
-        )),
-        Arc::new(UInt64Array::from_iter_values(
-            records.iter().map(|r| r.rows),
-        )),
-        Arc::new(UInt64Array::from_iter_values(
-            records.iter().map(|r| r.bytes),
-        )),
-        strings(&|r| &r.outcome),
-        Arc::new(UInt32Array::from_iter_values(
-            records.iter().map(|r| r.retries),
-        )),
-        Arc::new(UInt64Array::from_iter(records.iter().map(|r| r.version))),
-        strings(&|r| &r.maintainer),
-    ];
-    Ok(RecordBatch::try_new(journal_schema(), columns)?)
 }
 
 /// `MAINTAIN t [WITH (...)]`: one row per task run, then one per note (kind `note`).
