@@ -60,7 +60,7 @@ pub fn shape(sql: &str) -> Option<InsertShape> {
         || !insert.after_columns.is_empty()
         || insert.overwrite
         || insert.table_alias.is_some()
-        || insert.assignments.len() > 0
+        || !insert.assignments.is_empty()
     {
         return None;
     }
