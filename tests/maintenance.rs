@@ -5,9 +5,8 @@
 
 use std::time::Duration;
 
-use datafusion::arrow::array::{Array, AsArray};
-use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Int64Type, UInt64Type};
+use datafusion::arrow::array::Array;
+use datafusion::arrow::datatypes::{Int64Type, UInt64Type};
 use datafusion::arrow::util::pretty::pretty_format_batches;
 
 use fragvec::engine::FragvecSession;
@@ -26,30 +25,12 @@ async fn text(s: &FragvecSession, sql: &str) -> String {
     pretty_format_batches(&r.batches).unwrap().to_string()
 }
 
-/// The first column as unsigned integers (counts are signed, figures unsigned).
 async fn u64s(s: &FragvecSession, sql: &str) -> Vec<u64> {
-    let r = s
-        .sql_one(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    r.batches
-        .iter()
-        .flat_map(|b| {
-            let c = cast(b.column(0), &DataType::UInt64).unwrap();
-            c.as_primitive::<UInt64Type>().values().to_vec()
-        })
-        .collect()
+    support::column::<UInt64Type>(s, sql).await
 }
 
 async fn i64s(s: &FragvecSession, sql: &str) -> Vec<i64> {
-    let r = s
-        .sql_one(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    r.batches
-        .iter()
-        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
-        .collect()
+    support::column::<Int64Type>(s, sql).await
 }
 
 async fn err(s: &FragvecSession, sql: &str) -> String {

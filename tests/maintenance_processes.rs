@@ -10,13 +10,14 @@ use std::collections::{BTreeMap, HashSet};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::Int64Type;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use fragvec::engine::FragvecSession;
 use fragvec::format::vacuum::referenced_files;
+
+mod support;
 
 fn maintainer(db: &str) -> Child {
     Command::new(env!("CARGO_BIN_EXE_fragvec"))
@@ -36,14 +37,7 @@ fn maintainer(db: &str) -> Child {
 }
 
 async fn ids(s: &FragvecSession, sql: &str) -> Vec<i64> {
-    let r = s
-        .sql_one(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    r.batches
-        .iter()
-        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
-        .collect()
+    support::column::<Int64Type>(s, sql).await
 }
 
 fn vector(rng: &mut StdRng) -> String {

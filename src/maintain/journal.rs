@@ -11,7 +11,6 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::error::ArrowError;
-use futures::TryStreamExt;
 use object_store::{ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 
@@ -119,19 +118,7 @@ pub async fn read(dir: &TableDir) -> Result<Vec<TaskRecord>> {
 }
 
 async fn ids(dir: &TableDir) -> Result<Vec<String>> {
-    let prefix = dir.path(JOURNAL_DIR);
-    let mut ids: Vec<String> = dir
-        .store()
-        .list(Some(&prefix))
-        .map_ok(|m| m.location)
-        .try_collect::<Vec<_>>()
-        .await
-        .map_err(|e| FormatError::store(&prefix, e))?
-        .iter()
-        .filter_map(|p| Some(p.filename()?.strip_suffix(".json")?.to_string()))
-        .collect();
-    ids.sort();
-    Ok(ids)
+    super::json_names(dir, JOURNAL_DIR).await
 }
 
 /// Removes all but the newest [`KEEP`] records.

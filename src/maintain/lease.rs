@@ -16,7 +16,6 @@
 
 use std::time::Duration;
 
-use futures::TryStreamExt;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
 
@@ -76,16 +75,10 @@ fn object(seq: u64) -> String {
 
 /// The highest lease object's number and state (`None`: never leased).
 pub async fn current(dir: &TableDir) -> Result<Option<(u64, LeaseState)>> {
-    let prefix = dir.path(LEASE_DIR);
-    let mut seqs: Vec<u64> = dir
-        .store()
-        .list(Some(&prefix))
-        .map_ok(|m| m.location)
-        .try_collect::<Vec<_>>()
-        .await
-        .map_err(|e| FormatError::store(&prefix, e))?
+    let mut seqs: Vec<u64> = super::json_names(dir, LEASE_DIR)
+        .await?
         .iter()
-        .filter_map(|p| p.filename()?.strip_suffix(".json")?.parse().ok())
+        .filter_map(|name| name.parse().ok())
         .collect();
     seqs.sort_unstable();
     // The newest readable one: a half-deleted older object may vanish under us.
@@ -203,10 +196,6 @@ impl Lease {
         Ok(())
     }
 
-    pub fn holder(&self) -> &str {
-        &self.holder
-    }
-
     pub fn ttl(&self) -> Duration {
         self.ttl
     }
@@ -228,6 +217,7 @@ pub fn holder_name() -> String {
 mod tests {
     use std::sync::Arc;
 
+    use futures::TryStreamExt;
     use object_store::memory::InMemory;
     use object_store::path::Path;
 

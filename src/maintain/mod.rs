@@ -9,3 +9,25 @@
 pub mod journal;
 pub mod lease;
 pub mod plan;
+
+use futures::TryStreamExt;
+
+use crate::format::error::{FormatError, Result};
+use crate::format::store::TableDir;
+
+/// The names (without `.json`) of the JSON objects in `folder` of the table, sorted.
+async fn json_names(dir: &TableDir, folder: &str) -> Result<Vec<String>> {
+    let prefix = dir.path(folder);
+    let mut names: Vec<String> = dir
+        .store()
+        .list(Some(&prefix))
+        .map_ok(|m| m.location)
+        .try_collect::<Vec<_>>()
+        .await
+        .map_err(|e| FormatError::store(&prefix, e))?
+        .iter()
+        .filter_map(|p| Some(p.filename()?.strip_suffix(".json")?.to_string()))
+        .collect();
+    names.sort();
+    Ok(names)
+}

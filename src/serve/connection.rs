@@ -139,14 +139,7 @@ impl Connection {
         if let Some(shape) = shape
             && let Some(values) = bound_values(portal)?
         {
-            let session = self.session().await?;
-            let runner = Runner {
-                session,
-                block: &self.block,
-                settings: &self.settings,
-                allow_files: &self.shared.allow_files,
-                cancel: tokio::sync::Mutex::new(cancel),
-            };
+            let runner = self.runner(cancel).await?;
             if let Some(out) = runner.bound_insert(&prepared.sql, shape, &values).await {
                 return Ok(vec![out]);
             }
@@ -161,15 +154,18 @@ impl Connection {
         sql: &str,
         cancel: CancelSignal,
     ) -> PgWireResult<Vec<Result<Output, ErrorInfo>>> {
-        let session = self.session().await?;
-        let runner = Runner {
-            session,
+        Ok(self.runner(cancel).await?.run(sql).await)
+    }
+
+    /// The connection's state for running statements.
+    async fn runner(&self, cancel: CancelSignal) -> PgWireResult<Runner<'_>> {
+        Ok(Runner {
+            session: self.session().await?,
             block: &self.block,
             settings: &self.settings,
             allow_files: &self.shared.allow_files,
             cancel: tokio::sync::Mutex::new(cancel),
-        };
-        Ok(runner.run(sql).await)
+        })
     }
 }
 

@@ -237,10 +237,11 @@ impl Runner<'_> {
         if self.block.lock().expect("lock").admit().is_err() {
             return None; // the full path reports it
         }
-        let Ok(Some((schema, defaults))) = self.session.table_columns(&shape.table).await else {
+        let Ok(Some(target)) = self.session.append_target(&shape.table).await else {
             return None;
         };
-        let batch = match super::bound_insert::batch(shape, &schema, &defaults, values) {
+        let defaults = target.defaults();
+        let batch = match super::bound_insert::batch(shape, target.schema(), &defaults, values) {
             Ok(Some(batch)) => batch,
             Ok(None) => return None,
             Err(message) => {
@@ -255,8 +256,7 @@ impl Runner<'_> {
             .is_open()
             .then(|| sql.to_string());
         let session = self.session;
-        let table = shape.table.as_str();
-        let append = async move { session.append_batch(table, batch).await.map(Some) };
+        let append = async move { session.append_batch(&target, batch).await.map(Some) };
         self.guarded(Kind::Insert, text, append).await
     }
 

@@ -200,11 +200,7 @@ fn with_options(p: &mut Parser) -> Result<Vec<(String, String)>> {
     }
     p.expect_token(&Token::LParen).map_err(sql_err)?;
     loop {
-        let key = p
-            .parse_identifier()
-            .map_err(sql_err)?
-            .value
-            .to_ascii_lowercase();
+        let key = option_key(p)?;
         p.expect_token(&Token::Eq).map_err(sql_err)?;
         let value = option_value(p, &key)?;
         options.push((key, value));
@@ -214,6 +210,14 @@ fn with_options(p: &mut Parser) -> Result<Vec<(String, String)>> {
     }
     p.expect_token(&Token::RParen).map_err(sql_err)?;
     Ok(options)
+}
+
+/// The key of `key = value`, lower-cased.
+fn option_key(p: &mut Parser) -> Result<String> {
+    Ok(p.parse_identifier()
+        .map_err(sql_err)?
+        .value
+        .to_ascii_lowercase())
 }
 
 /// The value of `key = value`: a number (negative ones too, so that their error says what
@@ -238,11 +242,7 @@ fn alter_table_properties(p: &mut Parser) -> Result<FragvecStatement> {
     p.expect_token(&Token::LParen).map_err(sql_err)?;
     let mut changes = Vec::new();
     loop {
-        let key = p
-            .parse_identifier()
-            .map_err(sql_err)?
-            .value
-            .to_ascii_lowercase();
+        let key = option_key(p)?;
         let value = if reset {
             None
         } else {

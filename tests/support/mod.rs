@@ -97,3 +97,22 @@ macro_rules! on_local_and_s3 {
         }
     };
 }
+
+/// The first column of `sql`'s rows, cast to `T` (counts are signed, figures unsigned).
+pub async fn column<T: datafusion::arrow::datatypes::ArrowPrimitiveType>(
+    s: &fragvec::FragvecSession,
+    sql: &str,
+) -> Vec<T::Native> {
+    use datafusion::arrow::array::AsArray;
+    let r = s
+        .sql_one(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    r.batches
+        .iter()
+        .flat_map(|b| {
+            let c = datafusion::arrow::compute::cast(b.column(0), &T::DATA_TYPE).unwrap();
+            c.as_primitive::<T>().values().to_vec()
+        })
+        .collect()
+}

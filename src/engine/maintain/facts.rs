@@ -31,8 +31,9 @@ pub fn vacuumed_now(snapshot: &Snapshot) {
         .insert(key, now_ms());
 }
 
-/// Reads the facts of `snapshot`'s table.
-pub async fn gather(snapshot: &Snapshot, cache: &IndexCache) -> Result<TableFacts> {
+/// Reads the facts of `snapshot`'s table; the versions (a listing) only when `versions`
+/// (only the vacuum rule reads them).
+pub async fn gather(snapshot: &Snapshot, cache: &IndexCache, versions: bool) -> Result<TableFacts> {
     let m = &snapshot.manifest;
     let coverage = coverage_keys(snapshot).await?;
     let fragments: Vec<FragmentFacts> = m
@@ -86,7 +87,11 @@ pub async fn gather(snapshot: &Snapshot, cache: &IndexCache) -> Result<TableFact
     Ok(TableFacts {
         fragments,
         indexes,
-        versions: snapshot.dir.versions().await?.len() as u64,
+        versions: if versions {
+            snapshot.dir.versions().await?.len() as u64
+        } else {
+            0
+        },
         max_rows_per_fragment: m.properties.max_rows_per_fragment,
         bytes_per_row,
         since_last_vacuum_ms,

@@ -159,12 +159,13 @@ impl FragvecSession {
                 break;
             };
             ran.insert(task.kind());
+            let dir = snapshot.dir.clone();
             let record = self
                 .run_task(table, snapshot, &policy, overrides, task, lease)
                 .await?;
             let failed = record.outcome.starts_with("failed");
             report.tasks.push(record);
-            if failed || !lease.renew(&self.latest_snapshot(table).await?.dir).await? {
+            if failed || !lease.renew(&dir).await? {
                 if !failed {
                     report
                         .notes
@@ -177,7 +178,8 @@ impl FragvecSession {
     }
 
     async fn plan(&self, snapshot: &Snapshot, policy: &MaintenancePolicy) -> Result<plan::Plan> {
-        let facts = facts::gather(snapshot, self.schema.index_cache()).await?;
+        let versions = policy.auto_vacuum_retain > 0;
+        let facts = facts::gather(snapshot, self.schema.index_cache(), versions).await?;
         plan::plan(policy, &facts).map_err(|e| plan_datafusion_err!("maintenance planner: {e}"))
     }
 

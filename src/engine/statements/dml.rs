@@ -149,41 +149,50 @@ async fn finder_frame(session: &FragvecSession, sql: &str) -> Result<DataFrame> 
     Ok(DataFrame::new(state, plan))
 }
 
+/// A fragvec table's latest version, ready to take rows ([`FragvecSession::append_batch`]).
+pub struct AppendTarget(Snapshot);
+
+impl AppendTarget {
+    /// The table's columns.
+    pub fn schema(&self) -> &datafusion::arrow::datatypes::SchemaRef {
+        &self.0.schema
+    }
+
+    /// The columns with a `DEFAULT`.
+    pub fn defaults(&self) -> Vec<String> {
+        let defaults = &self.0.manifest.properties.column_defaults;
+        defaults.iter().map(|(c, _)| c.clone()).collect()
+    }
+}
+
 impl FragvecSession {
-    /// The columns of fragvec table `table` and the names of those with a `DEFAULT`; `None`
-    /// when no fragvec table has that name (it may be a session table).
-    pub async fn table_columns(
-        &self,
-        table: &str,
-    ) -> Result<Option<(datafusion::arrow::datatypes::SchemaRef, Vec<String>)>> {
+    /// Fragvec table `table` to append rows to; `None` when no fragvec table has that name
+    /// (it may be a session table).
+    pub async fn append_target(&self, table: &str) -> Result<Option<AppendTarget>> {
         let dir = std::sync::Arc::new(self.database().table(table)?);
         match dir.latest().await {
-            Ok(s) => {
-                let defaults = s.manifest.properties.column_defaults.iter();
-                Ok(Some((
-                    s.schema.clone(),
-                    defaults.map(|(c, _)| c.clone()).collect(),
-                )))
-            }
+            Ok(s) => Ok(Some(AppendTarget(s))),
             Err(crate::format::FormatError::NotFound(_)) => Ok(None),
             Err(e) => Err(e.into()),
         }
     }
 
-    /// Appends `batch` — the table's columns in order, cast to their types as INSERT casts
-    /// (a value that does not fit is an error; NOT NULL and vector rules hold) — to fragvec
-    /// table `table` as one commit. Returns INSERT's result: the count of rows appended.
+    /// Appends `batch` — the target's columns in order, cast to their types as INSERT casts
+    /// (a value that does not fit is an error; NOT NULL and vector rules hold) — as one
+    /// commit, rebased over whatever committed since the target was read. Returns INSERT's
+    /// result: the count of rows appended.
     pub async fn append_batch(
         &self,
-        table: &str,
+        target: &AppendTarget,
         batch: datafusion::arrow::array::RecordBatch,
     ) -> Result<StatementResult> {
         use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
         self.plans.clear();
-        let snapshot = self.latest_snapshot(table).await?;
+        let snapshot = &target.0;
         if batch.num_columns() != snapshot.schema.fields().len() {
             return datafusion::common::plan_err!(
-                "table '{table}' has {} columns, the rows {}",
+                "table '{}' has {} columns, the rows {}",
+                snapshot.name(),
                 snapshot.schema.fields().len(),
                 batch.num_columns()
             );
@@ -194,7 +203,7 @@ impl FragvecSession {
             futures::stream::iter([Ok(batch)]),
         ));
         let n =
-            crate::engine::write::append_streams(&snapshot, vec![stream], &self.progress()).await?;
+            crate::engine::write::append_streams(snapshot, vec![stream], &self.progress()).await?;
         StatementResult::count(n)
     }
 }
