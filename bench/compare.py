@@ -80,6 +80,9 @@ def timed_queries(system, mode, nprobes, w, search, filtered):
          p50_ms=pick(0.5), p95_ms=pick(0.95), short=short)
 
 
+MEMCAP = os.path.join(HERE, "..", "..", "shared", "tools", "memcap")
+
+
 def partitions(meta, override):
     return override or max(1, round(meta["rows"] ** 0.5))
 
@@ -159,19 +162,32 @@ def run_lance(a):
         emit(system="lance", metric="load (write dataset, once)",
              value=time.perf_counter() - t, unit="s")
     ds = lance.dataset(path)
-    t = time.perf_counter()
-    ds.create_index("emb", index_type="IVF_FLAT", metric="L2", replace=True,
-                    num_partitions=partitions(w["meta"], a.partitions))
-    emit(system="lance", metric="index build (IVF_FLAT)", value=time.perf_counter() - t, unit="s")
+    kind = a.lance_index
+    extra = {}
+    if kind == "IVF_PQ":
+        extra["num_sub_vectors"] = a.lance_sub_vectors or max(1, w["meta"]["dim"] // 8)
+    if a.lance_reuse and ds.list_indices():
+        emit(system="lance", metric="index reused (built by an earlier run)", value=1, unit="")
+    else:
+        t = time.perf_counter()
+        ds.create_index("emb", index_type=kind, metric="L2", replace=True,
+                        num_partitions=partitions(w["meta"], a.partitions), **extra)
+        emit(system="lance", metric=f"index build ({kind})", value=time.perf_counter() - t,
+             unit="s")
+    index_bytes = sum(os.path.getsize(os.path.join(d, f))
+                      for d, _, files in os.walk(os.path.join(path, "_indices")) for f in files)
+    emit(system="lance", metric="index size on disk", value=index_bytes / 1e6, unit="MB")
     emit(system="lance", metric="version", value=lance.__version__, unit="")
     ds = lance.dataset(path)
     q = w["queries"]
 
     def search(i, nprobes, filtered):
         kw = dict(filter=f"category = {int(w['qcat'][i])}", prefilter=True) if filtered else {}
-        t = ds.to_table(columns=["id"], nearest={"column": "emb", "q": q[i], "k": K,
-                                                 "nprobes": nprobes},
-                         disable_scoring_autoprojection=True, **kw)
+        nearest = {"column": "emb", "q": q[i], "k": K, "nprobes": nprobes}
+        if a.lance_refine:
+            nearest["refine_factor"] = a.lance_refine
+        t = ds.to_table(columns=["id"], nearest=nearest,
+                        disable_scoring_autoprojection=True, **kw)
         return t.column("id").to_numpy()
 
     for nprobes in a.nprobes:
@@ -196,8 +212,21 @@ def collect(a, system):
         cmd = a.fragvec_cmd.split() + common + ["--json"] + a.fragvec_args.split()
     else:
         cmd = [sys.executable, os.path.abspath(__file__), "--run", system] + common
+        cmd += ["--lance-index", a.lance_index]
+        if a.lance_sub_vectors:
+            cmd += ["--lance-sub-vectors", str(a.lance_sub_vectors)]
+        if a.lance_refine:
+            cmd += ["--lance-refine", str(a.lance_refine)]
+        if a.lance_reuse:
+            cmd += ["--lance-reuse"]
+    env = dict(os.environ)
+    if a.memcap:
+        # The whole process (build and queries) under the cap, page cache included, starting
+        # from a cold page cache.
+        cmd = [MEMCAP, a.memcap] + cmd
+        env["MEMCAP_DROP_CACHES"] = "1"
     print(f"== {system}: {' '.join(cmd)}", file=sys.stderr, flush=True)
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env)
     records = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
     if p.returncode != 0:
         print(f"== {system} failed (exit {p.returncode})", file=sys.stderr)
@@ -232,9 +261,15 @@ def table(a, records):
                                        [ratio(fv, values.get(o)) for o in
                                         ("lance", "faiss", "numpy")]) + " |")
 
-    for metric, label in [("index build (IVF_FLAT)", "index build (s)")]:
-        vals = {s: (find(s, metric=metric) or {}).get("value") for s in systems}
-        row(label, {s: f"{v:.1f} s" for s, v in vals.items() if v is not None}, vals)
+    builds = {s: next((r for r in records if r.get("system") == s and
+                       str(r.get("metric", "")).startswith("index build")), None)
+              for s in systems}
+    row("index build (s)", {s: f"{r['value']:.1f} s ({r['metric'][13:-1]})"
+                            for s, r in builds.items() if r},
+        {s: r["value"] for s, r in builds.items() if r})
+    vals = {s: (find(s, metric="index size on disk") or {}).get("value") for s in systems}
+    row("index size on disk", {s: f"{v:,.0f} MB" for s, v in vals.items() if v is not None},
+        vals)
     for n in a.nprobes:
         rs = {s: find(s, mode="ivf", nprobes=n) for s in systems}
         row(f"p50 nprobes {n}", {s: fmt_ms(r) for s, r in rs.items() if r},
@@ -280,6 +315,13 @@ def main():
                     default=f"cargo run --release --manifest-path "
                             f"{os.path.join(HERE, '..', 'Cargo.toml')} --example knn_bench --")
     ap.add_argument("--fragvec-args", default="", help="more arguments for knn_bench")
+    ap.add_argument("--lance-index", default="IVF_FLAT", choices=["IVF_FLAT", "IVF_PQ"])
+    ap.add_argument("--lance-sub-vectors", type=int, help="IVF_PQ sub-vectors (default dim/8)")
+    ap.add_argument("--lance-refine", type=int, help="Lance refine_factor (IVF_PQ re-ranking)")
+    ap.add_argument("--lance-reuse", action="store_true",
+                    help="query the Lance index an earlier run built instead of rebuilding it")
+    ap.add_argument("--memcap", help="run each system under ../shared/tools/memcap LIMIT "
+                                     "(page cache included, cold start), e.g. 1G")
     ap.add_argument("--run", help=argparse.SUPPRESS)
     a = ap.parse_args()
     a.nprobes = [int(x) for x in a.nprobes.split(",") if x]

@@ -53,6 +53,10 @@ struct Args {
     /// IVF partitions (default √rows).
     #[arg(long)]
     partitions: Option<usize>,
+    /// Index type: IVF_FLAT (a copy of the floats per partition) or IVF_SQ (codes only;
+    /// rows re-ranked from the table's data files).
+    #[arg(long, default_value = "IVF_FLAT")]
+    index_type: String,
     /// `fragvec.index_cache_bytes` (default: fragvec's default).
     #[arg(long)]
     cache_bytes: Option<usize>,
@@ -442,7 +446,16 @@ async fn main() -> Result<()> {
             .await?;
     }
     if !reuse {
-        load_and_index(&session, &data, dim, partitions, &report).await?;
+        load_and_index(
+            &session,
+            &data,
+            rows,
+            dim,
+            partitions,
+            &args.index_type,
+            &report,
+        )
+        .await?;
     }
 
     for &n in &args.nprobes {
@@ -529,8 +542,10 @@ impl fragvec::format::progress::ProgressSink for PhaseTimes {
 async fn load_and_index(
     session: &fragvec::FragvecSession,
     data: &std::path::Path,
+    rows: usize,
     dim: usize,
     partitions: usize,
+    index_type: &str,
     report: &Report,
 ) -> Result<()> {
     let t = Instant::now();
@@ -549,11 +564,28 @@ async fn load_and_index(
     let t = Instant::now();
     session
         .sql(&format!(
-            "CREATE VECTOR INDEX items_idx ON items (emb) USING IVF_FLAT \
+            "CREATE VECTOR INDEX items_idx ON items (emb) USING {index_type} \
              WITH (num_partitions = {partitions})"
         ))
         .await?;
-    report.value("index build (IVF_FLAT)", t.elapsed().as_secs_f64(), "s");
+    report.value(
+        &format!("index build ({index_type})"),
+        t.elapsed().as_secs_f64(),
+        "s",
+    );
+    let sizes = session
+        .sql_one("SELECT CAST(sum(size_bytes) AS BIGINT) FROM fragvec_segments('items')")
+        .await?;
+    let index_bytes = sizes.batches[0]
+        .column(0)
+        .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+        .value(0);
+    report.value("index size on disk", index_bytes as f64 / 1e6, "MB");
+    report.value(
+        "index size / float vectors",
+        index_bytes as f64 / (rows * dim * 4) as f64,
+        "x",
+    );
     session.clear_progress();
     report.value("peak RSS after build", memory().0 as f64 / 1e6, "MB");
     Ok(())

@@ -281,6 +281,17 @@ async fn random_dml_matches_a_model_in_logical_order() {
 /// or duplicated row).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_rewrites_keep_knn_equal_to_exact() {
+    random_rewrites_keep_knn_of("IVF_FLAT").await;
+}
+
+/// The same with an IVF_SQ index: its rows are re-ranked from the data files, at the
+/// addresses rewrites moved them to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_rewrites_keep_ivf_sq_knn_equal_to_exact() {
+    random_rewrites_keep_knn_of("IVF_SQ").await;
+}
+
+async fn random_rewrites_keep_knn_of(kind: &str) {
     use rand::{Rng, SeedableRng};
     let (_tmp, s) = scratch_session().await;
     s.sql("CREATE TABLE t (id BIGINT, v VECTOR(2)) WITH (max_rows_per_fragment = 16)")
@@ -289,9 +300,11 @@ async fn random_rewrites_keep_knn_equal_to_exact() {
     s.sql("INSERT INTO t SELECT value, [value * 1.37 % 50, value * 2.91 % 50] FROM generate_series(0, 99)")
         .await
         .unwrap();
-    s.sql("CREATE VECTOR INDEX i ON t (v) USING IVF_FLAT WITH (num_partitions = 4)")
-        .await
-        .unwrap();
+    s.sql(&format!(
+        "CREATE VECTOR INDEX i ON t (v) USING {kind} WITH (num_partitions = 4)"
+    ))
+    .await
+    .unwrap();
     s.sql("SET fragvec.nprobes = 4").await.unwrap();
     let seed = std::env::var("FV_SEED")
         .ok()
@@ -370,7 +383,7 @@ async fn random_rewrites_keep_knn_equal_to_exact() {
                 );
             }
         }
-        assert_eq!(got, want, "after step {step}: {sql}");
+        assert_eq!(got, want, "{kind}, after step {step}: {sql}");
     }
 }
 

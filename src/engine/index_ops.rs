@@ -66,11 +66,12 @@ pub async fn create(
     opts.memory_budget_bytes = Some(memory_budget_bytes);
     let kind = match kind {
         "IVF_FLAT" => IndexKind::IvfFlat,
+        "IVF_SQ" => IndexKind::IvfSq,
         "IVF_PQ" => IndexKind::IvfPq {
             num_sub_vectors: num_sub_vectors
                 .ok_or_else(|| plan_datafusion_err!("IVF_PQ needs WITH (num_sub_vectors = m)"))?,
         },
-        other => return plan_err!("unknown index type {other} (use IVF_FLAT or IVF_PQ)"),
+        other => return plan_err!("unknown index type {other} (use IVF_FLAT, IVF_SQ or IVF_PQ)"),
     };
     Ok(index_optimize::create(&snapshot, name, column, kind, &opts, progress).await?)
 }

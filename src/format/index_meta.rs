@@ -44,7 +44,11 @@ impl Metric {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum IndexKind {
     IvfFlat,
-    IvfPq { num_sub_vectors: u32 },
+    IvfPq {
+        num_sub_vectors: u32,
+    },
+    /// Scalar codes and bound terms only: rows are re-ranked from the table's own floats.
+    IvfSq,
 }
 
 impl IndexKind {
@@ -52,6 +56,7 @@ impl IndexKind {
         match self {
             IndexKind::IvfFlat => "IVF_FLAT",
             IndexKind::IvfPq { .. } => "IVF_PQ",
+            IndexKind::IvfSq => "IVF_SQ",
         }
     }
 }

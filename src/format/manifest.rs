@@ -22,7 +22,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 
 use super::error::{FormatError, Result};
-use super::index_meta::{IndexDef, IndexSegment, validate_segments};
+use super::index_meta::{IndexDef, IndexKind, IndexSegment, validate_segments};
 use super::integrity::crc32c;
 use super::policy::MaintenancePolicy;
 use super::rowids::RowIdSequence;
@@ -39,6 +39,7 @@ pub const KNOWN_READER_FEATURES: &[&str] = &[
     feature::DELETION_FILES,
     feature::VECTOR_INDEX,
     feature::REUSE_LEDGER,
+    feature::SCALAR_CODES_INDEX,
 ];
 /// Writer features this build understands (a writer must understand reader features too).
 pub const KNOWN_WRITER_FEATURES: &[&str] = &[
@@ -46,6 +47,7 @@ pub const KNOWN_WRITER_FEATURES: &[&str] = &[
     feature::DELETION_FILES,
     feature::VECTOR_INDEX,
     feature::REUSE_LEDGER,
+    feature::SCALAR_CODES_INDEX,
     feature::CHECKSUMS,
 ];
 
@@ -60,6 +62,10 @@ pub mod feature {
     /// Index segments may hold row addresses of rewritten fragments: a reader must translate
     /// them through the reuse ledger before using them.
     pub const REUSE_LEDGER: &str = "reuse_ledger";
+    /// The table has an IVF_SQ index, whose segments hold no floats: a reader must re-rank
+    /// from the data files (a build that does not know the kind must refuse the table, not
+    /// fail to parse it).
+    pub const SCALAR_CODES_INDEX: &str = "ivf_sq_index";
     /// Writer feature: data and deletion entries carry CRC32C checksums (see
     /// [`super::super::integrity`]). A writer that does not know them would drop them when
     /// it copies entries into its manifest, so it must not write the table. Readers that
@@ -537,6 +543,10 @@ impl Manifest {
             for (flag, on) in [
                 (feature::VECTOR_INDEX, !self.indexes.is_empty()),
                 (feature::REUSE_LEDGER, !self.reuse_ledger.is_empty()),
+                (
+                    feature::SCALAR_CODES_INDEX,
+                    self.indexes.iter().any(|i| i.kind == IndexKind::IvfSq),
+                ),
             ] {
                 if on {
                     flags.insert(flag.to_string());

@@ -18,6 +18,7 @@ use super::kmeans;
 use super::nearest::CentroidTable;
 use super::sample::BottomK;
 use super::segment::{self, Partition};
+use super::sq::{self, ScalarGrid};
 use crate::format::commit::NewSegment;
 use crate::format::index_meta::IndexKind;
 use crate::format::progress::{Phase, Progress};
@@ -220,6 +221,7 @@ pub fn train_on_sample(
         dim,
         centroids: vec![],
         pq: None,
+        sq: None,
     };
     let mut data = Vec::with_capacity(sample.len());
     for v in sample.chunks_exact(dim) {
@@ -243,7 +245,7 @@ pub fn train_on_sample(
         centroids.extend_from_slice(&first);
     }
     let pq = match kind {
-        IndexKind::IvfFlat => None,
+        IndexKind::IvfFlat | IndexKind::IvfSq => None,
         IndexKind::IvfPq { num_sub_vectors } => {
             let m = *num_sub_vectors as usize;
             if m == 0 || !dim.is_multiple_of(m) {
@@ -257,12 +259,20 @@ pub fn train_on_sample(
             }))
         }
     };
-    Ok(IvfModel {
+    let mut model = IvfModel {
         metric,
         dim,
         centroids,
         pq,
-    })
+        sq: None,
+    };
+    if *kind == IndexKind::IvfSq {
+        // Each partition's grid from the sample rows the centroids assign to it (raw
+        // vectors: the codes bound the rows as the table stores them).
+        let assigned = assign_partitions(&model, sample);
+        model.sq = Some(ScalarGrid::train(sample, dim, &assigned, num_partitions));
+    }
+    Ok(model)
 }
 
 pub async fn write_model(dir: &TableDir, index: &str, model: &IvfModel) -> Result<(String, u64)> {
@@ -332,6 +342,7 @@ fn partition_rows(model: &IvfModel, addrs: &[u64], values: &[f32]) -> Vec<Partit
     let assigned = assign_rows(model, values);
     let mut prepared = assigned.prepared.chunks_exact(dim);
     let mut parts = vec![Partition::default(); model.partitions()];
+    let coders = model.sq.as_ref().map(sq::Coders::new);
     for (((addr, v), p), defined) in addrs
         .iter()
         .zip(values.chunks_exact(dim))
@@ -341,9 +352,10 @@ fn partition_rows(model: &IvfModel, addrs: &[u64], values: &[f32]) -> Vec<Partit
         let prepared = if *defined { prepared.next() } else { None };
         let part = &mut parts[*p as usize];
         part.addrs.push(*addr);
-        match &model.pq {
-            None => part.vectors.extend_from_slice(v),
-            Some(_) => payload_codes(model, prepared, &mut part.codes),
+        if model.coded() {
+            payload_codes(model, coders.as_ref(), *p, v, prepared, &mut part.codes);
+        } else {
+            part.vectors.extend_from_slice(v);
         }
     }
     parts
@@ -390,14 +402,24 @@ fn assign_rows(model: &IvfModel, values: &[f32]) -> AssignedRows {
     }
 }
 
-/// Appends the PQ codes of a row with prepared form `prepared` (all zero codes for a row
-/// without one); nothing for IVF_FLAT.
-fn payload_codes(model: &IvfModel, prepared: Option<&[f32]>, out: &mut Vec<u8>) {
+/// Appends the payload of row `v` of partition `p` with prepared form `prepared`: PQ codes
+/// of the prepared form (all zero codes for a row without one), or the IVF_SQ payload of
+/// the row as stored; nothing for IVF_FLAT.
+fn payload_codes(
+    model: &IvfModel,
+    coders: Option<&sq::Coders>,
+    p: u32,
+    v: &[f32],
+    prepared: Option<&[f32]>,
+    out: &mut Vec<u8>,
+) {
     if let Some(pq) = &model.pq {
         match prepared {
             Some(x) => pq.encode(x, out),
             None => out.extend(std::iter::repeat_n(0u8, pq.sub_vectors)),
         }
+    } else if let Some(coders) = coders {
+        sq::encode_row(coders.get(p as usize), v, out);
     }
 }
 
@@ -438,15 +460,42 @@ pub(crate) fn assign_partitions(model: &IvfModel, values: &[f32]) -> Vec<u32> {
     })
 }
 
-/// The PQ codes of every row of `values` (`n × dim`), as [`partition`] stores them, on every
-/// core: `n × sub_vectors` bytes (nothing for IVF_FLAT).
-pub(crate) fn pq_codes(model: &IvfModel, values: &[f32]) -> Vec<u8> {
-    on_every_core(values, model.dim, |values| {
-        let mut out = Vec::new();
-        for v in values.chunks_exact(model.dim) {
-            payload_codes(model, model.prepare(v).as_deref(), &mut out);
+/// The coded payload of every row of `values` (`n × dim`) in its partition `assigned[i]`,
+/// as [`partition`] stores them, on every core: `n × row_width` bytes (nothing for
+/// IVF_FLAT).
+pub(crate) fn coded_payload(model: &IvfModel, values: &[f32], assigned: &[u32]) -> Vec<u8> {
+    let dim = model.dim.max(1);
+    let rows: Vec<(u32, &[f32])> = assigned
+        .iter()
+        .copied()
+        .zip(values.chunks_exact(dim))
+        .collect();
+    let threads = super::parallel::build_threads();
+    let share = rows.len().div_ceil(threads).max(1);
+    let coders = model.sq.as_ref().map(sq::Coders::new);
+    let coders = coders.as_ref();
+    let code = |rows: &[(u32, &[f32])]| {
+        let mut out = Vec::with_capacity(rows.len() * model.row_width());
+        for (p, v) in rows {
+            payload_codes(model, coders, *p, v, model.prepare(v).as_deref(), &mut out);
         }
         out
+    };
+    if rows.len() <= share {
+        return code(&rows);
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = rows
+            .chunks(share)
+            .map(|c| scope.spawn(move || code(c)))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| {
+                h.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
     })
 }
 
@@ -459,8 +508,7 @@ pub async fn write_partitions(
     fragments: BTreeSet<u64>,
 ) -> Result<NewSegment> {
     let rows: u64 = parts.iter().map(|p| p.len() as u64).sum();
-    let width = model.pq.as_ref().map_or(model.dim * 4, |pq| pq.sub_vectors);
-    let bytes = segment::encode(&parts, width);
+    let bytes = segment::encode(&parts, model.row_width());
     drop(parts);
     let size = bytes.len() as u64;
     let relative = format!("_indexes/{index}/{}.seg", random_tag());

@@ -180,7 +180,7 @@ pub async fn build(
     };
     let mut held = Held::default();
     let (model, rows) = scan.train(&mut held, progress).await?;
-    let row_width = model.pq.as_ref().map_or(req.dim * 4, |pq| pq.sub_vectors);
+    let row_width = model.row_width();
     let data_bytes = rows as u64 * (8 + row_width as u64);
     let group_limit = group_bytes(req.budget_bytes, data_bytes, row_width);
     // Buckets of about an eighth of a group: a group reads its own buckets and at most
@@ -356,8 +356,8 @@ impl Scan<'_> {
                 }
                 // The segment's payload bytes of every row of the batch.
                 payload.clear();
-                if model.pq.is_some() {
-                    payload = build::pq_codes(model, batch.values);
+                if model.coded() {
+                    payload = build::coded_payload(model, batch.values, &assigned);
                 } else {
                     payload.reserve(batch.values.len() * 4);
                     for x in batch.values {

@@ -681,7 +681,7 @@ fn check_footer(
     footer: &Footer,
     model: &IvfModel,
 ) -> crate::format::Result<()> {
-    let width = model.pq.as_ref().map_or(model.dim * 4, |pq| pq.sub_vectors);
+    let width = model.row_width();
     if footer.partitions.len() != model.partitions()
         || footer.row_width != width
         || footer.rows() != segment.rows

@@ -8,14 +8,21 @@
 //! flipped bit in a centroid would otherwise silently send queries to the wrong partitions
 //! and new rows into the wrong ones. Format 1 (`FVIVF001`, the same without the checksum) is
 //! still read, unverified.
+//!
+//! Format 3 (`FVIVF003`, written only for IVF_SQ models, so other models stay readable by
+//! older builds): the same header plus a fifth `u32` (1: a scalar grid follows), and after
+//! the centroids (and codebooks) the grid's `lo` then `hi` (`partitions × dim` f32 each).
 
 use super::distance::{Metric, l2_squared, metric_key};
 use super::kmeans;
+use super::sq::{self, ScalarGrid};
 use crate::format::integrity::crc32c;
 
 const MAGIC: &[u8; 8] = b"FVIVF002";
 /// Format 1, written before checksums: read unverified.
 const MAGIC_V1: &[u8; 8] = b"FVIVF001";
+/// Format 3: format 2 plus a scalar grid (IVF_SQ).
+const MAGIC_V3: &[u8; 8] = b"FVIVF003";
 /// Magic and the four header words.
 const HEADER: usize = 24;
 /// Codewords per PQ sub-quantizer (one byte per code).
@@ -28,6 +35,8 @@ pub struct IvfModel {
     /// `partitions × dim`, row-major.
     pub centroids: Vec<f32>,
     pub pq: Option<ProductQuantizer>,
+    /// IVF_SQ: each partition's code grid ([`super::sq`]).
+    pub sq: Option<ScalarGrid>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -113,6 +122,21 @@ impl IvfModel {
         self.centroids.len() / self.dim.max(1)
     }
 
+    /// Payload bytes per row in this model's segments: floats (IVF_FLAT), PQ codes, or
+    /// scalar codes with their bound terms (IVF_SQ).
+    pub fn row_width(&self) -> usize {
+        match (&self.pq, &self.sq) {
+            (Some(pq), _) => pq.sub_vectors,
+            (None, Some(_)) => sq::row_width(self.dim),
+            (None, None) => self.dim * 4,
+        }
+    }
+
+    /// Whether segments hold coded bytes rather than floats (IVF_PQ, IVF_SQ).
+    pub fn coded(&self) -> bool {
+        self.pq.is_some() || self.sq.is_some()
+    }
+
     /// The vector used for partitioning and PQ: cosine indexes work on unit vectors.
     pub fn prepare(&self, v: &[f32]) -> Option<Vec<f32>> {
         match self.metric {
@@ -152,7 +176,7 @@ impl IvfModel {
 
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(32 + self.centroids.len() * 4);
-        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(if self.sq.is_some() { MAGIC_V3 } else { MAGIC });
         let metric = match self.metric {
             Metric::L2 => 0u32,
             Metric::Cosine => 1,
@@ -166,11 +190,19 @@ impl IvfModel {
         ] {
             out.extend_from_slice(&v.to_le_bytes());
         }
+        if self.sq.is_some() {
+            out.extend_from_slice(&1u32.to_le_bytes());
+        }
         for x in &self.centroids {
             out.extend_from_slice(&x.to_le_bytes());
         }
         if let Some(pq) = &self.pq {
             for x in &pq.codebooks {
+                out.extend_from_slice(&x.to_le_bytes());
+            }
+        }
+        if let Some(grid) = &self.sq {
+            for x in grid.lo.iter().chain(&grid.hi) {
                 out.extend_from_slice(&x.to_le_bytes());
             }
         }
@@ -180,13 +212,14 @@ impl IvfModel {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, String> {
-        let checked = match bytes.get(..8) {
-            Some(m) if m == MAGIC => true,
-            Some(m) if m == MAGIC_V1 => false,
+        let (checked, header) = match bytes.get(..8) {
+            Some(m) if m == MAGIC => (true, HEADER),
+            Some(m) if m == MAGIC_V3 => (true, HEADER + 4),
+            Some(m) if m == MAGIC_V1 => (false, HEADER),
             _ => return Err("not a fragvec IVF model file".into()),
         };
         let bytes = if checked {
-            if bytes.len() < HEADER + 4 {
+            if bytes.len() < header + 4 {
                 return Err(format!(
                     "model file has {} bytes, too few for a header",
                     bytes.len()
@@ -204,7 +237,7 @@ impl IvfModel {
         } else {
             bytes
         };
-        if bytes.len() < HEADER {
+        if bytes.len() < header {
             return Err("not a fragvec IVF model file".into());
         }
         let word = |i: usize| {
@@ -217,6 +250,10 @@ impl IvfModel {
             m => return Err(format!("unknown metric tag {m}")),
         };
         let (dim, partitions, sub_vectors) = (word(1), word(2), word(3));
+        let grid = header > HEADER;
+        if grid && word(4) != 1 {
+            return Err(format!("unknown model extension {}", word(4)));
+        }
         if dim == 0 || partitions == 0 || (sub_vectors > 0 && dim % sub_vectors != 0) {
             return Err(format!(
                 "bad model shape: dim {dim}, partitions {partitions}, sub-vectors {sub_vectors}"
@@ -226,8 +263,9 @@ impl IvfModel {
         let implied = partitions
             .checked_mul(dim)
             .and_then(|c| c.checked_add(if sub_vectors > 0 { PQ_CODES * dim } else { 0 }))
+            .and_then(|c| c.checked_add(if grid { 2 * partitions * dim } else { 0 }))
             .and_then(|floats| floats.checked_mul(4))
-            .and_then(|b| b.checked_add(HEADER));
+            .and_then(|b| b.checked_add(header));
         if implied != Some(bytes.len()) {
             return Err(format!(
                 "model file has {} bytes, its header (dim {dim}, partitions {partitions}, \
@@ -236,20 +274,34 @@ impl IvfModel {
                 implied.map_or("more than fit in memory".to_string(), |n| n.to_string())
             ));
         }
-        let values: Vec<f32> = bytes[HEADER..]
+        let values: Vec<f32> = bytes[header..]
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
             .collect();
-        let (centroids, books) = values.split_at(partitions * dim);
+        let (centroids, rest) = values.split_at(partitions * dim);
+        let (books, grid_values) = rest.split_at(if sub_vectors > 0 { PQ_CODES * dim } else { 0 });
         let pq = (sub_vectors > 0).then(|| ProductQuantizer {
             sub_vectors,
             codebooks: books.to_vec(),
         });
+        let sq = if grid {
+            let (lo, hi) = grid_values.split_at(partitions * dim);
+            let grid = ScalarGrid {
+                dim,
+                lo: lo.to_vec(),
+                hi: hi.to_vec(),
+            };
+            grid.check()?;
+            Some(grid)
+        } else {
+            None
+        };
         Ok(Self {
             metric,
             dim,
             centroids: centroids.to_vec(),
             pq,
+            sq,
         })
     }
 }
@@ -260,24 +312,31 @@ mod tests {
     use crate::ledger::fuzz::{arbitrary_with_magic, mutated};
     use proptest::prelude::*;
 
-    fn model(pq: bool) -> IvfModel {
+    /// A model of kind 0 (IVF_FLAT), 1 (IVF_PQ) or 2 (IVF_SQ).
+    fn model(kind: u8) -> IvfModel {
         let centroids: Vec<f32> = (0..3 * 4).map(|i| i as f32).collect();
-        let pq = pq.then(|| ProductQuantizer {
+        let pq = (kind == 1).then(|| ProductQuantizer {
             sub_vectors: 2,
             codebooks: (0..2 * PQ_CODES * 2).map(|i| i as f32).collect(),
+        });
+        let sq = (kind == 2).then(|| ScalarGrid {
+            dim: 4,
+            lo: (0..3 * 4).map(|i| i as f32 - 1.0).collect(),
+            hi: (0..3 * 4).map(|i| i as f32 + 1.0).collect(),
         });
         IvfModel {
             metric: Metric::Cosine,
             dim: 4,
             centroids,
             pq,
+            sq,
         }
     }
 
     #[test]
     fn model_files_round_trip_and_reject_damage() {
-        for pq in [false, true] {
-            let m = model(pq);
+        for kind in [0, 1, 2] {
+            let m = model(kind);
             let bytes = m.encode();
             assert_eq!(IvfModel::decode(&bytes).unwrap(), m);
             assert!(IvfModel::decode(&bytes[..bytes.len() - 1]).is_err());
@@ -316,8 +375,8 @@ mod tests {
     /// queries and new rows to the wrong partitions without any other sign.
     #[test]
     fn every_flipped_bit_is_refused() {
-        for pq in [false, true] {
-            let bytes = model(pq).encode();
+        for kind in [0, 1, 2] {
+            let bytes = model(kind).encode();
             for at in 0..bytes.len() {
                 for bit in [0, 3, 7] {
                     let mut bad = bytes.clone();
@@ -338,8 +397,8 @@ mod tests {
     /// Files written before checksums (format 1) still read.
     #[test]
     fn format_1_files_are_read_unverified() {
-        for pq in [false, true] {
-            let m = model(pq);
+        for kind in [0, 1] {
+            let m = model(kind);
             let v2 = m.encode();
             let mut v1 = MAGIC_V1.to_vec();
             v1.extend_from_slice(&v2[8..v2.len() - 4]);
@@ -408,7 +467,7 @@ mod tests {
 
         #[test]
         fn prop_ivf_model_decode_never_panics_on_mutated_valid_input(
-            bytes in any::<bool>().prop_flat_map(|pq| mutated(model(pq).encode())),
+            bytes in (0u8..3).prop_flat_map(|kind| mutated(model(kind).encode())),
         ) {
             check_decoded(&bytes);
         }
@@ -421,6 +480,7 @@ mod tests {
             dim: 1,
             centroids: vec![0.0, 10.0, 5.0],
             pq: None,
+            sq: None,
         };
         assert_eq!(m.probe_order(&[6.0]), vec![2, 1, 0]);
         assert_eq!(m.partition_of(&[9.0]), 1);
@@ -526,6 +586,7 @@ mod split_tests {
             dim: 1,
             centroids,
             pq: None,
+            sq: None,
         };
         // Partition 0 holds two far-apart clumps, 2000 rows; the seven others 10 rows each.
         let mut big = Partition::default();

@@ -39,5 +39,6 @@ pub mod sample;
 pub mod search;
 pub mod segment;
 pub mod sketch;
+pub mod sq;
 
 pub use error::{IndexError, Result};

@@ -411,7 +411,7 @@ pub async fn merge(
     for f in manifest.fragments.iter().filter(|f| f.deletion.is_some()) {
         deletions.insert(f.id, dir.read_deletions(f).await?);
     }
-    let pq = model.pq.is_some();
+    let pq = model.coded();
     let (view, owners) = ownerships(&snapshot, &def.name, cache).await?;
     // A fragment some input owns only in part (a stable partition mixed its rows with other
     // segments' or unindexed rows) becomes wholly owned by the merged segment, which takes
@@ -546,7 +546,7 @@ pub async fn merge(
     let mut model = (*model).clone();
     let mut new_def = None;
     let mut writing = None;
-    if all_inputs && model.pq.is_none() {
+    if all_inputs && !model.coded() {
         let split = super::ivf::split_oversized(&mut model, &mut partitions, build::SEED);
         if !split.is_empty() {
             let phase = writing.insert(progress.phase("writing index files", Some(2)));

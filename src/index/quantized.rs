@@ -61,6 +61,135 @@ fn up(x: f64) -> f32 {
     if (f as f64) < x { f.next_up() } else { f }
 }
 
+/// Per dimension, the smallest and largest value of `vectors` (`dim` per row; none empty).
+pub fn value_range(vectors: &[f32], dim: usize) -> Option<(Vec<f32>, Vec<f32>)> {
+    let first = vectors.get(..dim)?;
+    let (mut lo, mut hi) = (first.to_vec(), first.to_vec());
+    for row in vectors.chunks_exact(dim) {
+        for d in 0..dim {
+            lo[d] = lo[d].min(row[d]);
+            hi[d] = hi[d].max(row[d]);
+        }
+    }
+    Some((lo, hi))
+}
+
+/// A row's bound terms (see [`QuantizedRows`]): `err ≥ ‖x − x̂‖`, `reach` the dot
+/// product's error per unit of `‖q‖`, `norm` as the cosine kernel computes it, and
+/// `far ≥ ‖x − centre‖`. A row that cannot be bounded (a value not finite or beyond
+/// `LIMIT`) has infinite terms: no bound ever rules it out.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RowTerms {
+    pub err: f32,
+    pub reach: f32,
+    pub norm: f32,
+    pub far: f32,
+}
+
+/// The grid rows are coded on — `x̂[d] = lo[d] + step[d] × c[d]` — and what every row's
+/// bound terms need from it. A row outside the grid is coded to its nearest point (codes
+/// clamp) and its error measured as for any other, so the bounds hold for any grid.
+#[derive(Debug, Clone)]
+pub struct Coder {
+    lo: Vec<f32>,
+    step: Vec<f32>,
+    inverse: Vec<f32>,
+    centre: Vec<f32>,
+    /// `‖lo‖ + 255 × ‖step‖`, unrounded.
+    span: f64,
+    gamma: f64,
+}
+
+impl Coder {
+    /// The grid of 256 steps from `lo` to `hi` per dimension (finite values within
+    /// `LIMIT`; a dimension with `hi ≤ lo` gets a zero step).
+    pub fn new(lo: Vec<f32>, hi: &[f32]) -> Self {
+        let dim = lo.len();
+        let step: Vec<f32> = lo
+            .iter()
+            .zip(hi)
+            .map(|(l, h)| (((*h as f64 - *l as f64) / 255.0) as f32).max(0.0))
+            .collect();
+        let gamma = (dim + 8) as f64 * f64::powi(2.0, -23);
+        let norm2 = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
+        let span = norm2(&mut lo.iter().map(|l| *l as f64))
+            + 255.0 * norm2(&mut step.iter().map(|s| *s as f64));
+        let centre: Vec<f32> = lo.iter().zip(&step).map(|(l, s)| l + 127.5 * s).collect();
+        // Codes come from f32 arithmetic (it vectorizes; `round` would be a libm call per
+        // value without SSE4.1): not always the nearest code, but each row's error is then
+        // measured exactly, in f64, for the codes chosen, so the bound holds either way.
+        let inverse = step
+            .iter()
+            .map(|s| if *s > 0.0 { 1.0 / s } else { 0.0 })
+            .collect();
+        Self {
+            lo,
+            step,
+            inverse,
+            centre,
+            span,
+            gamma,
+        }
+    }
+
+    pub fn dim(&self) -> usize {
+        self.lo.len()
+    }
+
+    /// Whether the grid's own values are within `LIMIT` (the bounds' arithmetic needs it).
+    pub fn is_bounded(&self) -> bool {
+        self.lo.iter().zip(&self.step).all(|(l, s)| {
+            let top = *l as f64 + 255.0 * *s as f64;
+            l.abs() <= LIMIT && top.abs() <= LIMIT as f64
+        })
+    }
+
+    /// Appends `row`'s `dim` codes to `codes` and returns its bound terms.
+    pub fn code_row(&self, row: &[f32], codes: &mut Vec<u8>) -> RowTerms {
+        let at = codes.len();
+        codes.extend(
+            row.iter()
+                .zip(&self.lo)
+                .zip(&self.inverse)
+                .map(|((x, l), i)| (((x - l) * i + 0.5) as i32).clamp(0, 255) as u8),
+        );
+        if !row.iter().all(|v| v.abs() <= LIMIT) {
+            // Also NaN: no bound may rule such a row out.
+            let inf = f32::INFINITY;
+            return RowTerms {
+                err: inf,
+                reach: inf,
+                norm: dot(row, row).sqrt(),
+                far: inf,
+            };
+        }
+        let (mut e2, mut x2, mut far2) = ([0f64; 4], [0f64; 4], [0f64; 4]);
+        let terms = row
+            .iter()
+            .zip(&self.lo)
+            .zip(&self.step)
+            .zip(&codes[at..])
+            .zip(&self.centre);
+        for (d, ((((x, l), s), c), m)) in terms.enumerate() {
+            let x = *x as f64;
+            let miss = x - (*l as f64 + *s as f64 * *c as f64);
+            e2[d % 4] += miss * miss;
+            x2[d % 4] += x * x;
+            far2[d % 4] += (x - *m as f64) * (x - *m as f64);
+        }
+        let (e2, x2, far2): (f64, f64, f64) = (e2.iter().sum(), x2.iter().sum(), far2.iter().sum());
+        // The f64 sums' own rounding is ~1e-16 relative: a millionth covers it.
+        let e = e2.sqrt() * (1.0 + 1e-6);
+        let gamma = self.gamma;
+        RowTerms {
+            err: up(e),
+            reach: up((e + gamma * (self.span + x2.sqrt())) * (1.0 + gamma)),
+            norm: dot(row, row).sqrt(),
+            far: up(far2.sqrt() * (1.0 + 1e-6)),
+        }
+    }
+}
+
 impl QuantizedRows {
     /// Quantizes `vectors` (`dim` floats per row), or `None` when the partition is empty, the
     /// rows are too narrow to gain, or a value is not finite or too large to bound.
@@ -71,82 +200,39 @@ impl QuantizedRows {
         if !vectors.iter().all(|v| v.abs() <= LIMIT) {
             return None; // also refuses NaN
         }
+        let (lo, hi) = value_range(vectors, dim)?;
+        let coder = Coder::new(lo, &hi);
         let rows = vectors.len() / dim;
-        let mut lo = vectors[..dim].to_vec();
-        let mut hi = lo.clone();
-        for row in vectors.chunks_exact(dim) {
-            for d in 0..dim {
-                lo[d] = lo[d].min(row[d]);
-                hi[d] = hi[d].max(row[d]);
-            }
-        }
-        let step: Vec<f32> = lo
-            .iter()
-            .zip(&hi)
-            .map(|(l, h)| ((*h as f64 - *l as f64) / 255.0) as f32)
-            .collect();
-        let gamma = (dim + 8) as f64 * f64::powi(2.0, -23);
-        let norm2 = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
-        let span = norm2(&mut lo.iter().map(|l| *l as f64))
-            + 255.0 * norm2(&mut step.iter().map(|s| *s as f64));
-        let centre: Vec<f32> = lo.iter().zip(&step).map(|(l, s)| l + 127.5 * s).collect();
-        let mut farthest2 = 0f64;
         let mut codes = Vec::with_capacity(vectors.len());
-        let (mut err, mut reach, mut norm) = (
-            Vec::with_capacity(rows),
-            Vec::with_capacity(rows),
-            Vec::with_capacity(rows),
-        );
-        // Codes come from f32 arithmetic (it vectorizes; `round` would be a libm call per
-        // value without SSE4.1): not always the nearest code, but each row's error is then
-        // measured exactly, in f64, for the codes chosen, so the bound holds either way.
-        let inverse: Vec<f32> = step
-            .iter()
-            .map(|s| if *s > 0.0 { 1.0 / s } else { 0.0 })
-            .collect();
+        let mut terms = Vec::with_capacity(rows);
         for row in vectors.chunks_exact(dim) {
-            let at = codes.len();
-            codes.extend(
-                row.iter()
-                    .zip(&lo)
-                    .zip(&inverse)
-                    .map(|((x, l), i)| (((x - l) * i + 0.5) as i32).clamp(0, 255) as u8),
-            );
-            let (mut e2, mut x2, mut far2) = ([0f64; 4], [0f64; 4], [0f64; 4]);
-            let terms = row
-                .iter()
-                .zip(&lo)
-                .zip(&step)
-                .zip(&codes[at..])
-                .zip(&centre);
-            for (d, ((((x, l), s), c), m)) in terms.enumerate() {
-                let x = *x as f64;
-                let miss = x - (*l as f64 + *s as f64 * *c as f64);
-                e2[d % 4] += miss * miss;
-                x2[d % 4] += x * x;
-                far2[d % 4] += (x - *m as f64) * (x - *m as f64);
-            }
-            let (e2, x2): (f64, f64) = (e2.iter().sum(), x2.iter().sum());
-            farthest2 = farthest2.max(far2.iter().sum());
-            // The f64 sums' own rounding is ~1e-16 relative: a millionth covers it.
-            let e = e2.sqrt() * (1.0 + 1e-6);
-            err.push(up(e));
-            reach.push(up((e + gamma * (span + x2.sqrt())) * (1.0 + gamma)));
-            norm.push(dot(row, row).sqrt());
+            terms.push(coder.code_row(row, &mut codes));
         }
-        Some(Self {
-            dim,
-            lo,
-            step,
+        Some(Self::from_coded(&coder, codes, &terms))
+    }
+
+    /// Rows coded by `coder` (`codes`: `dim` bytes per row, `terms`: one per row), as
+    /// [`Coder::code_row`] made them.
+    pub fn from_coded(coder: &Coder, codes: Vec<u8>, terms: &[RowTerms]) -> Self {
+        let radius = terms.iter().map(|t| t.far).fold(0f32, f32::max);
+        Self {
+            dim: coder.dim(),
+            lo: coder.lo.clone(),
+            step: coder.step.clone(),
             codes,
-            err,
-            reach,
-            norm,
-            span: up(span * (1.0 + 1e-6)),
-            gamma: up(gamma),
-            radius: up(farthest2.sqrt() * (1.0 + 1e-6)),
-            centre,
-        })
+            err: terms.iter().map(|t| t.err).collect(),
+            reach: terms.iter().map(|t| t.reach).collect(),
+            norm: terms.iter().map(|t| t.norm).collect(),
+            span: up(coder.span * (1.0 + 1e-6)),
+            gamma: up(coder.gamma),
+            radius,
+            centre: coder.centre.clone(),
+        }
+    }
+
+    /// Whether a row's values can be bounded (all finite and within `LIMIT`).
+    pub fn can_bound(row: &[f32]) -> bool {
+        row.iter().all(|v| v.abs() <= LIMIT)
     }
 
     /// About what quantizing `rows` rows of `dim` values holds (one byte per value and

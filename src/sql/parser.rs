@@ -24,7 +24,7 @@ pub enum FragvecStatement {
     /// Anything DataFusion's parser understands; fragvec intercepts some of these
     /// (CREATE TABLE, DROP TABLE, DELETE, UPDATE, MERGE) when it executes them.
     DataFusion(Box<DFStatement>),
-    /// `CREATE VECTOR INDEX name ON t (col) USING IVF_FLAT | IVF_PQ [WITH (k = v, ...)]`
+    /// `CREATE VECTOR INDEX name ON t (col) USING IVF_FLAT | IVF_SQ | IVF_PQ [WITH (k = v, ...)]`
     CreateVectorIndex {
         name: String,
         table: String,

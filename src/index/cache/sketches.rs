@@ -14,12 +14,13 @@
 use std::sync::Arc;
 
 use super::{Entry, IndexCache, Key};
-use crate::format::TableDir;
+use crate::format::{FormatError, TableDir};
 use crate::index::error::Result;
 use crate::index::parallel;
 use crate::index::quantized::{MIN_DIM, QuantizedRows};
 use crate::index::segment::{self, Footer, Partition};
 use crate::index::sketch::Sketch;
+use crate::index::sq::{self, ScalarGrid};
 
 /// A probed partition as the cache gives it.
 #[derive(Debug, Clone)]
@@ -107,6 +108,72 @@ impl IndexCache {
                 None => {}
             }
             *slot = Some(Probed::Floats(part));
+        }
+        Ok(found.into_iter().flatten().collect())
+    }
+}
+
+impl IndexCache {
+    /// Partitions `ps` of an IVF_SQ segment file as sketches (codes and bound terms decoded
+    /// once per partition), kept within the budget when `admit`. These segments hold no
+    /// floats: the sketch is the only form.
+    pub async fn sq_sketches(
+        &self,
+        dir: &TableDir,
+        file: &str,
+        footer: &Footer,
+        ps: &[usize],
+        grid: &ScalarGrid,
+        admit: bool,
+    ) -> Result<Vec<Arc<Sketch>>> {
+        let name = format!("{}/{file}", dir.name());
+        let key = |partition| Key::Sketch {
+            file: name.clone(),
+            partition,
+        };
+        let mut found: Vec<Option<Arc<Sketch>>> = ps
+            .iter()
+            .map(|&p| match self.get(&key(p)) {
+                Some(Entry::Sketch(hit)) => Some(hit),
+                _ => None,
+            })
+            .collect();
+        let missing: Vec<usize> = ps
+            .iter()
+            .zip(&found)
+            .filter(|(_, f)| f.is_none())
+            .map(|(&p, _)| p)
+            .collect();
+        if missing.is_empty() {
+            return Ok(found.into_iter().flatten().collect());
+        }
+        let read = segment::read_partitions(dir, file, footer, &missing, true).await?;
+        let items: Vec<(usize, (usize, Partition))> =
+            missing.iter().copied().zip(read).enumerate().collect();
+        let threads = if items.len() > 1 {
+            parallel::cores()
+        } else {
+            1
+        };
+        let mut decoded: Vec<(usize, std::result::Result<Sketch, String>)> =
+            parallel::claim_each(&items, threads, Vec::new, |out, (i, (p, part))| {
+                out.push((
+                    *i,
+                    sq::sketch(&grid.coder(*p), part.addrs.clone(), &part.codes),
+                ))
+            })
+            .into_iter()
+            .flatten()
+            .collect();
+        decoded.sort_unstable_by_key(|(i, _)| *i);
+        let mut decoded = decoded.into_iter().zip(&missing);
+        for slot in found.iter_mut().filter(|f| f.is_none()) {
+            let ((_, sketch), &p) = decoded.next().expect("one sketch per missing partition");
+            let sketch = Arc::new(sketch.map_err(|e| FormatError::corrupt(dir.path(file), e))?);
+            if admit {
+                self.admit(key(p), Entry::Sketch(sketch.clone()));
+            }
+            *slot = Some(sketch);
         }
         Ok(found.into_iter().flatten().collect())
     }

@@ -7,15 +7,18 @@ use std::sync::Arc;
 use roaring::RoaringBitmap;
 
 use super::{Counters, Searcher};
+use crate::format::FormatError;
 use crate::format::Fragment;
 use crate::format::index_meta::IndexDef;
 use crate::format::index_meta::IndexSegment;
 use crate::index::cache::{Probed, Translation};
 use crate::index::error::{IndexError, Result};
+use crate::index::ivf::IvfModel;
 use crate::index::search::{
     Candidate, RowMask, SearchStats, TopK, score_flat, score_partitions, score_pq,
 };
 use crate::index::segment::{Footer, Partition};
+use crate::index::sq;
 use crate::ledger::ids::split_row_address;
 use crate::ledger::{Coverage, LedgerView, SegmentOwnership};
 
@@ -77,6 +80,7 @@ impl Searcher<'_> {
             .pq
             .as_ref()
             .map(|pq| pq.distance_table(&prepared, req.metric));
+        // IVF_PQ keeps more candidates to re-rank; IVF_SQ rules rows out exactly.
         let keep = if pq_width.is_some() {
             k.saturating_mul(req.refine_factor)
         } else {
@@ -152,17 +156,10 @@ impl Searcher<'_> {
                 let ps = plan.groups.first().map_or(&[][..], |g| &first[g.clone()]);
                 let ownership = &owners[&segment.id];
                 let view = &view;
+                let model: &IvfModel = &model;
                 async move {
                     let parts = self
-                        .read_probed(
-                            segment,
-                            footer,
-                            ps,
-                            pq_width.is_some(),
-                            plan,
-                            view,
-                            ownership,
-                        )
+                        .read_probed(segment, footer, ps, model, plan, view, ownership)
                         .await?;
                     Ok::<_, IndexError>((segment.id, parts))
                 }
@@ -219,21 +216,14 @@ impl Searcher<'_> {
                 let probed = match prefetched.remove(&segment.id).filter(|_| g == 0) {
                     Some(probed) => probed,
                     None => {
-                        self.read_probed(
-                            segment,
-                            &footer,
-                            ps,
-                            pq_width.is_some(),
-                            plan,
-                            &view,
-                            ownership,
-                        )
-                        .await?
+                        self.read_probed(segment, &footer, ps, &model, plan, &view, ownership)
+                            .await?
                     }
                 };
                 let parts = self
                     .resolve(
                         segment,
+                        model.sq.is_some(),
                         &footer,
                         ps,
                         probed,
@@ -268,19 +258,12 @@ impl Searcher<'_> {
                     break;
                 }
                 let probed = self
-                    .read_probed(
-                        segment,
-                        &footer,
-                        &[p],
-                        pq_width.is_some(),
-                        plan,
-                        &view,
-                        ownership,
-                    )
+                    .read_probed(segment, &footer, &[p], &model, plan, &view, ownership)
                     .await?;
                 let part = self
                     .resolve(
                         segment,
+                        model.sq.is_some(),
                         &footer,
                         &[p],
                         probed,
@@ -422,18 +405,51 @@ impl Searcher<'_> {
     /// Partitions `ps` of `segment` as a search scores them: translated through the ledger
     /// when rewrites moved the segment's rows, else as stored: floats or sketches, as the
     /// cache keeps them ([`crate::index::cache::IndexCache::probe`]; floats kept per `plan`).
+    /// IVF_SQ partitions are always sketches.
     #[allow(clippy::too_many_arguments)]
     async fn read_probed(
         &self,
         segment: &IndexSegment,
         footer: &Footer,
         ps: &[usize],
-        pq: bool,
+        model: &IvfModel,
         plan: &ProbePlan,
         view: &LedgerView,
         ownership: &SegmentOwnership,
     ) -> Result<Vec<Probed>> {
         let dir = &self.req.snapshot.dir;
+        let pq = model.coded();
+        if let Some(grid) = &model.sq {
+            if !plan.translated {
+                let sketches = self
+                    .cache
+                    .sq_sketches(dir, &segment.file, footer, ps, grid, plan.admit)
+                    .await?;
+                return Ok(sketches.into_iter().map(Probed::Sketch).collect());
+            }
+            // Rows moved by rewrites: the translated rows (cached as stored bytes) decoded
+            // for this query.
+            let parts = self
+                .cache
+                .translated_partitions(
+                    dir,
+                    segment,
+                    footer,
+                    ps,
+                    true,
+                    Translation { view, ownership },
+                )
+                .await?;
+            return parts
+                .iter()
+                .zip(ps)
+                .map(|(part, &p)| {
+                    let sketch = sq::sketch(&grid.coder(p), part.addrs.clone(), &part.codes)
+                        .map_err(|e| FormatError::corrupt(dir.path(&segment.file), e))?;
+                    Ok(Probed::Sketch(Arc::new(sketch)))
+                })
+                .collect();
+        }
         if plan.translated {
             let parts = self
                 .cache

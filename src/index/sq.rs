@@ -1,0 +1,196 @@
+//! IVF_SQ: an index whose segments keep no floats. Each row is stored as one byte per value
+//! on a per-partition grid held by the model, plus the terms that bound its true distance
+//! ([`super::quantized`]) and a checksum of its floats; a search rules rows out from their
+//! codes and scores the survivors from the floats of the table's own data fragments, read
+//! by row address ([`crate::index::sketch::Refine`] decides which rows, the search reads them).
+//!
+//! Why a grid in the model rather than per segment: a row's payload then depends only on its
+//! partition and its floats, so segments can be appended, merged and translated by copying
+//! rows, exactly as IVF_PQ's codes are — no segment ever needs the floats again. A row
+//! outside its partition's grid is coded to the nearest grid point and its error measured
+//! exactly, so a grid trained on a sample is never wrong, only looser for rows it did not see.
+//!
+//! Row payload (little-endian): `dim` code bytes, then `f32` err, reach, norm and far (see
+//! [`RowTerms`]), then the `u32` CRC32C of the row's floats as the data file holds them —
+//! checked against the floats read back, so a row address that no longer holds the indexed
+//! vector is an error, never a wrong answer. `dim + 20` bytes per row: at 768 dimensions,
+//! with its 8-byte address, 0.26× the floats.
+//!
+//! Pure computation; the model file, the segment file and the reads are the callers'.
+
+use std::sync::OnceLock;
+
+use super::quantized::{Coder, QuantizedRows, RowTerms, value_range};
+use super::sketch::Sketch;
+use crate::format::integrity::crc32c;
+
+/// Bytes after the codes in a row's payload: four bound terms and a checksum.
+const TAIL: usize = 20;
+
+/// A partition whose sample has fewer rows than this takes the whole sample's range.
+const MIN_SAMPLE_ROWS: usize = 8;
+
+/// Each side of a partition's sampled range is widened by this share of the range: rows the
+/// sample did not see mostly still fall inside.
+const WIDEN: f32 = 0.05;
+
+/// Payload bytes per row of an IVF_SQ segment of `dim` dimensions.
+pub fn row_width(dim: usize) -> usize {
+    dim + TAIL
+}
+
+/// Per partition, per dimension, the range its codes span (see the module docs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScalarGrid {
+    pub dim: usize,
+    /// `partitions × dim`, row-major.
+    pub lo: Vec<f32>,
+    /// `partitions × dim`, row-major.
+    pub hi: Vec<f32>,
+}
+
+impl ScalarGrid {
+    /// The grid of `partitions` partitions from a sample (`n × dim` raw vectors) and each
+    /// sample row's partition: each partition's range, widened by [`WIDEN`]; the whole
+    /// sample's range for partitions the sample barely saw. Rows that cannot be bounded
+    /// (a value not finite or too large) are left out of every range.
+    pub fn train(sample: &[f32], dim: usize, assigned: &[u32], partitions: usize) -> Self {
+        let usable = |row: &[f32]| QuantizedRows::can_bound(row);
+        let mut per: Vec<Vec<f32>> = vec![Vec::new(); partitions];
+        let mut all = Vec::new();
+        for (row, p) in sample.chunks_exact(dim.max(1)).zip(assigned) {
+            if usable(row) {
+                all.extend_from_slice(row);
+                if let Some(rows) = per.get_mut(*p as usize) {
+                    rows.extend_from_slice(row);
+                }
+            }
+        }
+        let zero = (vec![0f32; dim], vec![0f32; dim]);
+        let whole = widened(value_range(&all, dim).unwrap_or_else(|| zero.clone()));
+        let (mut lo, mut hi) = (Vec::with_capacity(partitions * dim), Vec::new());
+        for rows in &per {
+            let (l, h) = if rows.len() / dim.max(1) >= MIN_SAMPLE_ROWS {
+                widened(value_range(rows, dim).unwrap_or_else(|| zero.clone()))
+            } else {
+                whole.clone()
+            };
+            lo.extend(l);
+            hi.extend(h);
+        }
+        Self { dim, lo, hi }
+    }
+
+    pub fn partitions(&self) -> usize {
+        self.lo.len() / self.dim.max(1)
+    }
+
+    /// The coder of partition `p`.
+    pub fn coder(&self, p: usize) -> Coder {
+        let at = p * self.dim..(p + 1) * self.dim;
+        Coder::new(self.lo[at.clone()].to_vec(), &self.hi[at])
+    }
+
+    /// Whether every partition's grid is within the range the bounds' arithmetic allows
+    /// (checked when a model file is opened).
+    pub fn check(&self) -> Result<(), String> {
+        if self.lo.len() != self.hi.len() || self.dim == 0 {
+            return Err("scalar grid: lo and hi differ in length".into());
+        }
+        for p in 0..self.partitions() {
+            if !self.coder(p).is_bounded() {
+                return Err(format!(
+                    "scalar grid: partition {p} has values out of range"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The coders of a grid's partitions, each made on first use: a build codes many rows of
+/// each partition, from several threads.
+pub struct Coders<'a> {
+    grid: &'a ScalarGrid,
+    made: Vec<OnceLock<Coder>>,
+}
+
+impl<'a> Coders<'a> {
+    pub fn new(grid: &'a ScalarGrid) -> Self {
+        Self {
+            grid,
+            made: (0..grid.partitions()).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    pub fn get(&self, p: usize) -> &Coder {
+        self.made[p].get_or_init(|| self.grid.coder(p))
+    }
+}
+
+/// `(lo, hi)` widened by [`WIDEN`] of the range on each side (within the bounded range).
+fn widened((mut lo, mut hi): (Vec<f32>, Vec<f32>)) -> (Vec<f32>, Vec<f32>) {
+    const MAX: f32 = 1e14;
+    for (l, h) in lo.iter_mut().zip(hi.iter_mut()) {
+        let margin = (*h - *l) * WIDEN;
+        *l = (*l - margin).clamp(-MAX, MAX);
+        *h = (*h + margin).clamp(-MAX, MAX);
+    }
+    (lo, hi)
+}
+
+/// Appends the payload of row `x` (the floats the data file holds) coded by `coder`.
+pub fn encode_row(coder: &Coder, x: &[f32], out: &mut Vec<u8>) {
+    let terms = coder.code_row(x, out);
+    for v in [terms.err, terms.reach, terms.norm, terms.far] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out.extend_from_slice(&row_sum(x).to_le_bytes());
+}
+
+/// CRC32C of a row's floats, little-endian, as [`encode_row`] records it.
+pub fn row_sum(x: &[f32]) -> u32 {
+    let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    crc32c(&bytes)
+}
+
+/// The sketch of a partition stored as `addrs` and `payload` (rows of [`row_width`] bytes)
+/// under `coder`: what a search rules rows out with.
+pub fn sketch(coder: &Coder, addrs: Vec<u64>, payload: &[u8]) -> Result<Sketch, String> {
+    let dim = coder.dim();
+    let width = row_width(dim);
+    if payload.len() != addrs.len() * width {
+        return Err(format!(
+            "IVF_SQ partition of {} rows has {} payload bytes, not {} × {width}",
+            addrs.len(),
+            payload.len(),
+            addrs.len()
+        ));
+    }
+    let mut codes = Vec::with_capacity(addrs.len() * dim);
+    let mut terms = Vec::with_capacity(addrs.len());
+    let mut row_sums = Vec::with_capacity(addrs.len());
+    for row in payload.chunks_exact(width) {
+        codes.extend_from_slice(&row[..dim]);
+        let word = |i: usize| {
+            let at = dim + 4 * i;
+            [row[at], row[at + 1], row[at + 2], row[at + 3]]
+        };
+        let term = |i| f32::from_le_bytes(word(i));
+        terms.push(RowTerms {
+            err: term(0),
+            reach: term(1),
+            norm: term(2),
+            far: term(3),
+        });
+        row_sums.push(u32::from_le_bytes(word(4)));
+    }
+    Ok(Sketch {
+        addrs,
+        rows: QuantizedRows::from_coded(coder, codes, &terms),
+        row_sums,
+    })
+}
+
+#[cfg(test)]
+mod tests;
