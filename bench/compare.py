@@ -191,10 +191,61 @@ def run_lance(a):
         return t.column("id").to_numpy()
 
     for nprobes in a.nprobes:
+        read = disk_read_bytes()
         timed_queries("lance", "ivf", nprobes, w, lambda i: search(i, nprobes, False), False)
+        # Each query runs twice (a warm-up pass, then the timed one).
+        emit(system="lance", metric=f"disk read per query nprobes={nprobes}",
+             value=(disk_read_bytes() - read) / (2 * len(q)) / 1e6, unit="MB")
     for nprobes in a.filtered_nprobes:
         timed_queries("lance", "filtered", nprobes, w, lambda i: search(i, nprobes, True), True)
+    for streams in a.lance_qps_streams:
+        emit(system="lance", metric=f"qps streams={streams} nprobes={a.lance_qps_nprobes}",
+             value=queries_per_second(streams, a.lance_qps_seconds, len(q),
+                                      lambda i: search(i, a.lance_qps_nprobes, False)),
+             unit="queries/s")
     emit(system="lance", metric="peak RSS", value=peak_rss() / 1e6, unit="MB")
+
+
+def disk_read_bytes():
+    """Bytes this process has read from storage (not from the page cache) so far."""
+    try:
+        with open("/proc/self/io") as f:
+            for line in f:
+                if line.startswith("read_bytes:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def queries_per_second(streams, seconds, nq, search):
+    """Queries answered per second by `streams` threads each searching in a loop (pylance
+    releases the GIL while it searches), after a one-second warm-up."""
+    import threading
+    stop, counts = threading.Event(), [0] * streams
+    measuring = threading.Event()
+
+    def loop(s):
+        i = s
+        while not stop.is_set():
+            search(i % nq)
+            if measuring.is_set():
+                counts[s] += 1
+            i += streams
+
+    threads = [threading.Thread(target=loop, args=(s,)) for s in range(streams)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    measuring.set()
+    t0 = time.perf_counter()
+    time.sleep(seconds)
+    done = sum(counts)
+    elapsed = time.perf_counter() - t0
+    stop.set()
+    for t in threads:
+        t.join()
+    return done / elapsed
 
 
 RUNNERS = {"numpy": run_numpy, "faiss": run_faiss, "lance": run_lance}
@@ -219,6 +270,10 @@ def collect(a, system):
             cmd += ["--lance-refine", str(a.lance_refine)]
         if a.lance_reuse:
             cmd += ["--lance-reuse"]
+        if a.lance_qps_streams:
+            cmd += ["--lance-qps-streams", ",".join(map(str, a.lance_qps_streams)),
+                    "--lance-qps-nprobes", str(a.lance_qps_nprobes),
+                    "--lance-qps-seconds", str(a.lance_qps_seconds)]
     env = dict(os.environ)
     if a.memcap:
         # The whole process (build and queries) under the cap, page cache included, starting
@@ -294,6 +349,19 @@ def table(a, records):
         if r:
             row(f"fragvec via SessionContext::sql, nprobes 16, {label}",
                 {"fragvec": fmt_ms(r)}, {})
+    for n in a.nprobes:
+        metric = f"disk read per query nprobes={n}"
+        vals = {s: (find(s, metric=metric) or {}).get("value") for s in systems}
+        if any(v is not None for v in vals.values()):
+            row(f"read from disk per query, nprobes {n}",
+                {s: f"{v:.2f} MB" for s, v in vals.items() if v is not None}, vals)
+    qps = sorted({r["metric"] for r in records if str(r.get("metric", "")).startswith("qps ")},
+                 key=lambda m: int(m.split("streams=")[1].split()[0]))
+    for metric in qps:
+        vals = {s: (find(s, metric=metric) or {}).get("value") for s in systems}
+        row(metric.replace("qps", "queries/s,"),
+            {s: f"{v:,.0f}" for s, v in vals.items() if v is not None},
+            {s: 1 / v for s, v in vals.items() if v})
     vals = {s: (find(s, metric="peak RSS") or {}).get("value") for s in systems}
     row("peak RSS", {s: f"{v:,.0f} MB" for s, v in vals.items() if v is not None}, {})
     for r in records:
@@ -320,6 +388,10 @@ def main():
     ap.add_argument("--lance-refine", type=int, help="Lance refine_factor (IVF_PQ re-ranking)")
     ap.add_argument("--lance-reuse", action="store_true",
                     help="query the Lance index an earlier run built instead of rebuilding it")
+    ap.add_argument("--lance-qps-streams", default="",
+                    help="concurrent query threads of Lance's throughput runs, e.g. 1,4")
+    ap.add_argument("--lance-qps-nprobes", type=int, default=8)
+    ap.add_argument("--lance-qps-seconds", type=float, default=5.0)
     ap.add_argument("--memcap", help="run each system under ../shared/tools/memcap LIMIT "
                                      "(page cache included, cold start), e.g. 1G")
     ap.add_argument("--run", help=argparse.SUPPRESS)
@@ -327,6 +399,7 @@ def main():
     a.nprobes = [int(x) for x in a.nprobes.split(",") if x]
     a.filtered_nprobes = [int(x) for x in a.filtered_nprobes.split(",") if x]
     a.systems = [s for s in a.systems.split(",") if s]
+    a.lance_qps_streams = [int(x) for x in a.lance_qps_streams.split(",") if x]
     if a.run:
         try:
             RUNNERS[a.run](a)

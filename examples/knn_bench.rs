@@ -57,6 +57,15 @@ struct Args {
     /// rows re-ranked from the table's data files).
     #[arg(long, default_value = "IVF_FLAT")]
     index_type: String,
+    /// After the build, `RECLUSTER items BY (ivf_partition(emb))`: each partition's rows
+    /// together in the data files (the rows IVF_SQ re-ranks are then read from few pages).
+    #[arg(long)]
+    recluster: bool,
+    /// Before the queries (also with `--reuse`), `OPTIMIZE INDEX items_idx ON items MERGE 1`:
+    /// one segment holding every row at its current address (after `--recluster`, the
+    /// addresses RECLUSTER moved rows to, as maintenance would leave it).
+    #[arg(long)]
+    merge: bool,
     /// `fragvec.index_cache_bytes` (default: fragvec's default).
     #[arg(long)]
     cache_bytes: Option<usize>,
@@ -369,6 +378,17 @@ fn memory() -> (u64, u64) {
     (field("VmHWM:"), field("VmRSS:"))
 }
 
+/// Bytes this process has read from storage so far (`read_bytes` of `/proc/self/io`: reads
+/// the page cache served are not counted), or 0 where there is no such file.
+fn disk_read_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("read_bytes: "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// Prints measurements as a table or as JSON lines.
 struct Report {
     json: bool,
@@ -456,12 +476,33 @@ async fn main() -> Result<()> {
             &report,
         )
         .await?;
+        if args.recluster {
+            let t = Instant::now();
+            session
+                .sql("RECLUSTER items BY (ivf_partition(emb))")
+                .await?;
+            report.value("RECLUSTER BY ivf_partition", t.elapsed().as_secs_f64(), "s");
+        }
+    }
+    if args.merge {
+        let t = Instant::now();
+        session
+            .sql("OPTIMIZE INDEX items_idx ON items MERGE 1")
+            .await?;
+        report.value("OPTIMIZE INDEX MERGE 1", t.elapsed().as_secs_f64(), "s");
     }
 
     for &n in &args.nprobes {
         session.sql(&format!("SET fragvec.nprobes = {n}")).await?;
+        let read = disk_read_bytes();
         let m = run_queries(&session, &work, false, usize::MAX, FrontEnd::Session).await?;
         report.queries("ivf", Some(n), &m);
+        // Each query runs twice (a warm-up pass, then the timed one).
+        report.value(
+            &format!("disk read per query nprobes={n}"),
+            (disk_read_bytes() - read) as f64 / (2 * work.queries.len()) as f64 / 1e6,
+            "MB",
+        );
     }
     for &n in &args.filtered_nprobes {
         session.sql(&format!("SET fragvec.nprobes = {n}")).await?;

@@ -133,6 +133,13 @@ enum Key {
     },
     /// Partition `partition` of a segment file, kept by its sketch ([`sketches`]).
     Sketch { file: String, partition: usize },
+    /// An IVF_SQ partition's sketch translated through a ledger state, as `Translated`.
+    TranslatedSketch {
+        file: String,
+        ledger: u64,
+        invalidated: Vec<u64>,
+        partition: usize,
+    },
     /// The decoded vector column of a data file.
     Vectors { file: String, column: String },
     /// A whole decoded column of a data file.

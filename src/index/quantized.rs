@@ -235,6 +235,41 @@ impl QuantizedRows {
         row.iter().all(|v| v.abs() <= LIMIT)
     }
 
+    /// The rows `rows` (indices, in that order) on the same grid. The partition's ball
+    /// still holds them, so its centre and radius are kept.
+    pub fn select(&self, rows: &[usize]) -> Self {
+        let dim = self.dim;
+        let mut codes = Vec::with_capacity(rows.len() * dim);
+        for &i in rows {
+            codes.extend_from_slice(&self.codes[i * dim..(i + 1) * dim]);
+        }
+        let pick = |v: &[f32]| rows.iter().map(|&i| v[i]).collect();
+        Self {
+            codes,
+            err: pick(&self.err),
+            reach: pick(&self.reach),
+            norm: pick(&self.norm),
+            ..self.clone_grid()
+        }
+    }
+
+    /// This grid with no rows.
+    fn clone_grid(&self) -> Self {
+        Self {
+            dim: self.dim,
+            lo: self.lo.clone(),
+            step: self.step.clone(),
+            codes: Vec::new(),
+            err: Vec::new(),
+            reach: Vec::new(),
+            norm: Vec::new(),
+            span: self.span,
+            gamma: self.gamma,
+            centre: self.centre.clone(),
+            radius: self.radius,
+        }
+    }
+
     /// About what quantizing `rows` rows of `dim` values holds (one byte per value and
     /// three bound terms per row; the per-dimension ranges and centre are left out), for
     /// deciding before the rows exist.

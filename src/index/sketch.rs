@@ -57,6 +57,17 @@ impl Sketch {
         self.addrs.len()
     }
 
+    /// Rows `picks` (a row index and the address it has now, in that order): a sketch of
+    /// rows rewrites moved, as a search over the current table sees them.
+    pub fn select(&self, picks: &[(usize, u64)]) -> Self {
+        let rows: Vec<usize> = picks.iter().map(|(i, _)| *i).collect();
+        Self {
+            addrs: picks.iter().map(|(_, a)| *a).collect(),
+            rows: self.rows.select(&rows),
+            row_sums: rows.iter().map(|&i| self.row_sums[i]).collect(),
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.addrs.is_empty()
     }

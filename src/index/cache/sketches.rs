@@ -13,8 +13,10 @@
 
 use std::sync::Arc;
 
-use super::{Entry, IndexCache, Key};
+use super::{Entry, IndexCache, Key, Translation};
+use crate::format::index_meta::IndexSegment;
 use crate::format::{FormatError, TableDir};
+use crate::index::error::IndexError;
 use crate::index::error::Result;
 use crate::index::parallel;
 use crate::index::quantized::{MIN_DIM, QuantizedRows};
@@ -174,6 +176,67 @@ impl IndexCache {
                 self.admit(key(p), Entry::Sketch(sketch.clone()));
             }
             *slot = Some(sketch);
+        }
+        Ok(found.into_iter().flatten().collect())
+    }
+}
+
+impl IndexCache {
+    /// Partitions `ps` of an IVF_SQ segment whose rows rewrites moved: each stored sketch
+    /// ([`Self::sq_sketches`]) with its addresses translated through the ledger and the rows
+    /// the segment does not own (any more) dropped, kept under the ledger state and the
+    /// segment's invalidations (as translated float partitions are).
+    pub async fn translated_sq_sketches(
+        &self,
+        dir: &TableDir,
+        segment: &IndexSegment,
+        footer: &Footer,
+        ps: &[usize],
+        grid: &ScalarGrid,
+        translation: Translation<'_>,
+    ) -> Result<Vec<Arc<Sketch>>> {
+        let Translation { view, ownership } = translation;
+        let key = |partition| Key::TranslatedSketch {
+            file: format!("{}/{}", dir.name(), segment.file),
+            ledger: view.key(),
+            invalidated: segment.invalidated_fragments.iter().copied().collect(),
+            partition,
+        };
+        let mut found: Vec<Option<Arc<Sketch>>> = ps
+            .iter()
+            .map(|&p| match self.get(&key(p)) {
+                Some(Entry::Sketch(hit)) => Some(hit),
+                _ => None,
+            })
+            .collect();
+        let missing: Vec<usize> = ps
+            .iter()
+            .zip(&found)
+            .filter(|(_, f)| f.is_none())
+            .map(|(&p, _)| p)
+            .collect();
+        if missing.is_empty() {
+            return Ok(found.into_iter().flatten().collect());
+        }
+        // Only the translated form is kept: the stored one is not what queries score.
+        let stored = self
+            .sq_sketches(dir, &segment.file, footer, &missing, grid, false)
+            .await?;
+        let mut stored = stored.into_iter().zip(&missing);
+        for slot in found.iter_mut().filter(|f| f.is_none()) {
+            let (sketch, &p) = stored.next().expect("one sketch per missing partition");
+            let moved = view
+                .translate(&sketch.addrs)
+                .await
+                .map_err(|e| IndexError::ledger(dir.name(), e))?;
+            let picks: Vec<(usize, u64)> = moved
+                .into_iter()
+                .enumerate()
+                .filter_map(|(i, a)| Some((i, a.filter(|a| ownership.covers(*a))?)))
+                .collect();
+            let translated = Arc::new(sketch.select(&picks));
+            self.admit(key(p), Entry::Sketch(translated.clone()));
+            *slot = Some(translated);
         }
         Ok(found.into_iter().flatten().collect())
     }

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use roaring::RoaringBitmap;
 
 use super::{Counters, Searcher};
-use crate::format::FormatError;
 use crate::format::Fragment;
 use crate::format::index_meta::IndexDef;
 use crate::format::index_meta::IndexSegment;
@@ -18,7 +17,6 @@ use crate::index::search::{
     Candidate, RowMask, SearchStats, TopK, score_flat, score_partitions, score_pq,
 };
 use crate::index::segment::{Footer, Partition};
-use crate::index::sq;
 use crate::ledger::ids::split_row_address;
 use crate::ledger::{Coverage, LedgerView, SegmentOwnership};
 
@@ -427,28 +425,12 @@ impl Searcher<'_> {
                     .await?;
                 return Ok(sketches.into_iter().map(Probed::Sketch).collect());
             }
-            // Rows moved by rewrites: the translated rows (cached as stored bytes) decoded
-            // for this query.
-            let parts = self
+            let translation = Translation { view, ownership };
+            let sketches = self
                 .cache
-                .translated_partitions(
-                    dir,
-                    segment,
-                    footer,
-                    ps,
-                    true,
-                    Translation { view, ownership },
-                )
+                .translated_sq_sketches(dir, segment, footer, ps, grid, translation)
                 .await?;
-            return parts
-                .iter()
-                .zip(ps)
-                .map(|(part, &p)| {
-                    let sketch = sq::sketch(&grid.coder(p), part.addrs.clone(), &part.codes)
-                        .map_err(|e| FormatError::corrupt(dir.path(&segment.file), e))?;
-                    Ok(Probed::Sketch(Arc::new(sketch)))
-                })
-                .collect();
+            return Ok(sketches.into_iter().map(Probed::Sketch).collect());
         }
         if plan.translated {
             let parts = self
