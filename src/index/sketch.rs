@@ -22,10 +22,10 @@ use std::sync::Arc;
 
 use super::distance::{BATCH_ROWS, Metric};
 use super::parallel;
-use super::quantized::{QuantizedRows, RowBounds};
+use super::quantized::{Coder, QuantizedRows, RowBounds};
 use super::search::{PARALLEL_MIN_VALUES, RowMask, SearchStats, TopK, Verdict};
 use super::segment::Partition;
-use crate::format::integrity::crc32c;
+use super::sq;
 
 /// A partition's addresses, quantized rows and per-row checksums (see the module docs).
 #[derive(Debug, Clone, PartialEq)]
@@ -50,6 +50,17 @@ impl Sketch {
             addrs: part.addrs.clone(),
             rows,
             row_sums: row_sums(&part.vectors, dim),
+        })
+    }
+
+    /// The sketch of an IVF_SQ partition stored as `addrs` and `payload` under `coder`
+    /// ([`sq::decode`]).
+    pub fn of_sq(coder: &Coder, addrs: Vec<u64>, payload: &[u8]) -> Result<Self, String> {
+        let decoded = sq::decode(coder, addrs.len(), payload)?;
+        Ok(Self {
+            addrs,
+            rows: decoded.rows,
+            row_sums: decoded.row_sums,
         })
     }
 
@@ -86,15 +97,7 @@ impl Sketch {
 
 /// CRC32C of each row's little-endian bytes.
 pub fn row_sums(vectors: &[f32], dim: usize) -> Vec<u32> {
-    let mut bytes = Vec::with_capacity(dim * 4);
-    vectors
-        .chunks_exact(dim.max(1))
-        .map(|row| {
-            bytes.clear();
-            bytes.extend(row.iter().flat_map(|v| v.to_le_bytes()));
-            crc32c(&bytes)
-        })
-        .collect()
+    vectors.chunks_exact(dim.max(1)).map(sq::row_sum).collect()
 }
 
 /// A row of a sketch: which sketch (by position) and which row in it.

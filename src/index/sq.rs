@@ -1,7 +1,7 @@
 //! IVF_SQ: an index whose segments keep no floats. Each row is stored as one byte per value
 //! on a per-partition grid held by the model, plus the terms that bound its true distance
 //! ([`super::quantized`]) and a checksum of its floats; a search rules rows out from their
-//! codes and scores the survivors from the floats of the table's own data fragments, read
+//! codes (the partition decoded as a [`super::sketch::Sketch`]) and scores the survivors from the floats of the table's own data fragments, read
 //! by row address ([`crate::index::sketch::Refine`] decides which rows, the search reads them).
 //!
 //! Why a grid in the model rather than per segment: a row's payload then depends only on its
@@ -21,7 +21,6 @@
 use std::sync::OnceLock;
 
 use super::quantized::{Coder, QuantizedRows, RowTerms, value_range};
-use super::sketch::Sketch;
 use crate::format::integrity::crc32c;
 
 /// Bytes after the codes in a row's payload: four bound terms and a checksum.
@@ -154,22 +153,26 @@ pub fn row_sum(x: &[f32]) -> u32 {
     crc32c(&bytes)
 }
 
-/// The sketch of a partition stored as `addrs` and `payload` (rows of [`row_width`] bytes)
+/// A partition's payload decoded: codes, bound terms and per-row checksums.
+pub struct Decoded {
+    pub rows: QuantizedRows,
+    pub row_sums: Vec<u32>,
+}
+
+/// Decodes a partition of `rows` rows stored as `payload` (rows of [`row_width`] bytes)
 /// under `coder`: what a search rules rows out with.
-pub fn sketch(coder: &Coder, addrs: Vec<u64>, payload: &[u8]) -> Result<Sketch, String> {
+pub fn decode(coder: &Coder, rows: usize, payload: &[u8]) -> Result<Decoded, String> {
     let dim = coder.dim();
     let width = row_width(dim);
-    if payload.len() != addrs.len() * width {
+    if payload.len() != rows * width {
         return Err(format!(
-            "IVF_SQ partition of {} rows has {} payload bytes, not {} × {width}",
-            addrs.len(),
+            "IVF_SQ partition of {rows} rows has {} payload bytes, not {rows} × {width}",
             payload.len(),
-            addrs.len()
         ));
     }
-    let mut codes = Vec::with_capacity(addrs.len() * dim);
-    let mut terms = Vec::with_capacity(addrs.len());
-    let mut row_sums = Vec::with_capacity(addrs.len());
+    let mut codes = Vec::with_capacity(rows * dim);
+    let mut terms = Vec::with_capacity(rows);
+    let mut row_sums = Vec::with_capacity(rows);
     for row in payload.chunks_exact(width) {
         codes.extend_from_slice(&row[..dim]);
         let word = |i: usize| {
@@ -185,8 +188,7 @@ pub fn sketch(coder: &Coder, addrs: Vec<u64>, payload: &[u8]) -> Result<Sketch, 
         });
         row_sums.push(u32::from_le_bytes(word(4)));
     }
-    Ok(Sketch {
-        addrs,
+    Ok(Decoded {
         rows: QuantizedRows::from_coded(coder, codes, &terms),
         row_sums,
     })

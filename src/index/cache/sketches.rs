@@ -22,7 +22,7 @@ use crate::index::parallel;
 use crate::index::quantized::{MIN_DIM, QuantizedRows};
 use crate::index::segment::{self, Footer, Partition};
 use crate::index::sketch::Sketch;
-use crate::index::sq::{self, ScalarGrid};
+use crate::index::sq::ScalarGrid;
 
 /// A probed partition as the cache gives it.
 #[derive(Debug, Clone)]
@@ -161,7 +161,7 @@ impl IndexCache {
             parallel::claim_each(&items, threads, Vec::new, |out, (i, (p, part))| {
                 out.push((
                     *i,
-                    sq::sketch(&grid.coder(*p), part.addrs.clone(), &part.codes),
+                    Sketch::of_sq(&grid.coder(*p), part.addrs.clone(), &part.codes),
                 ))
             })
             .into_iter()

@@ -1,6 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::format::integrity::crc32c;
 use crate::index::quantized::tests::{masks, query_of, rows_strategy};
 use crate::index::search::score_flat;
 use crate::ledger::ids::row_address;

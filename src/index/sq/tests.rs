@@ -4,35 +4,15 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::index::distance::Metric;
-use crate::index::quantized::tests::masks;
+use crate::index::quantized::tests::{masks, rows_of};
 use crate::index::search::{RowMask, SearchStats, TopK, score_flat};
 use crate::index::segment::Partition;
-use crate::index::sketch::{Refine, RowRef};
+use crate::index::sketch::{Refine, RowRef, Sketch};
 use crate::ledger::ids::row_address;
 
 /// Rows of 1 to 1024 dimensions at several scales, with zero rows and duplicates.
 fn rows() -> impl Strategy<Value = (usize, Vec<f32>)> {
-    let dim = prop_oneof![3 => 1usize..40, 1 => 40usize..1025];
-    (dim, 1usize..80, 0u8..3, -3i32..4, any::<u64>()).prop_map(|(dim, rows, shape, scale, seed)| {
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let scale = 10f32.powi(scale);
-        let mut v: Vec<f32> = (0..rows * dim)
-            .map(|_| match shape {
-                0 => rng.random_range(-1.0..1.0) * scale,
-                1 => rng.random_range(0..3) as f32 * scale,
-                _ => (rng.random_range(-1.0f32..1.0) + rng.random_range(0..4) as f32) * scale,
-            })
-            .collect();
-        for r in 0..rows {
-            match rng.random_range(0..10) {
-                0 => v[r * dim..(r + 1) * dim].fill(0.0),
-                1 if r > 0 => v.copy_within((r - 1) * dim..r * dim, r * dim),
-                _ => {}
-            }
-        }
-        (dim, v)
-    })
+    rows_of(prop_oneof![3 => 1usize..40, 1 => 40usize..1025], 80)
 }
 
 /// `vectors` cut into `pieces` float partitions, rows addressed across three fragments.
@@ -79,7 +59,7 @@ fn stored(parts: &[Partition], grid: &ScalarGrid, dim: usize) -> Vec<Arc<Sketch>
                 encode_row(&coder, row, &mut payload);
             }
             assert_eq!(payload.len(), part.len() * row_width(dim));
-            Arc::new(sketch(&coder, part.addrs.clone(), &payload).expect("well formed"))
+            Arc::new(Sketch::of_sq(&coder, part.addrs.clone(), &payload).expect("well formed"))
         })
         .collect()
 }
@@ -220,7 +200,7 @@ fn unbounded_rows_are_always_read() {
     for row in [[f32::NAN, 0.0], [f32::INFINITY, 1.0], [1e30, 0.0]] {
         let mut payload = Vec::new();
         encode_row(&coder, &row, &mut payload);
-        let s = sketch(&coder, vec![row_address(0, 0)], &payload).unwrap();
+        let s = Sketch::of_sq(&coder, vec![row_address(0, 0)], &payload).unwrap();
         let mut b = s.rows.prepare(&[0.5, 0.5], Metric::L2).unwrap();
         let mut sums = [0f32];
         b.code_sums(&[0], &mut sums);
@@ -235,7 +215,7 @@ fn a_payload_of_the_wrong_size_is_refused() {
     let mut payload = Vec::new();
     encode_row(&coder, &[0.5, 0.5], &mut payload);
     payload.pop();
-    let err = sketch(&coder, vec![0], &payload).unwrap_err();
+    let err = Sketch::of_sq(&coder, vec![0], &payload).unwrap_err();
     assert!(err.contains("payload bytes"), "{err}");
 }
 
