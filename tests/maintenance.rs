@@ -266,13 +266,17 @@ async fn the_maintainer_keeps_a_growing_table_indexed_and_compact() {
             knn_agrees_with_exact(&s).await;
         }
     }
-    // Within a few passes everything is indexed and the small fragments are merged.
+    // Within a few passes everything is indexed and the small fragments are merged. A run of
+    // small fragments is compacted once it has 4, and never across a segment's coverage, so
+    // the unindexed rows and each segment may keep up to 3 small fragments for good (which
+    // ones depends on how inserts and passes interleave): 41 fragments come down to at most
+    // 3 per segment and 3 unindexed, plus the first one.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let unindexed = u64s(&s, "SELECT unindexed_rows FROM fragvec_indexes('t')").await[0];
         let fragments = u64s(&s, "SELECT count(*) FROM fragvec_fragments('t')").await[0];
         let segments = u64s(&s, "SELECT segments FROM fragvec_indexes('t')").await[0];
-        if unindexed < 60 && fragments <= 8 && segments <= 4 {
+        if unindexed < 60 && segments <= 4 && fragments <= 3 * (segments + 1) + 1 {
             break;
         }
         assert!(
