@@ -430,17 +430,30 @@ fn on_every_core<T: Send>(
     dim: usize,
     work: impl Fn(&[f32]) -> Vec<T> + Sync,
 ) -> Vec<T> {
-    let rows = values.len() / dim.max(1);
+    if dim == 0 {
+        return work(values);
+    }
+    in_shares(values, dim, work)
+}
+
+/// Runs `work` on contiguous shares of `items` (rows of `unit` items each), one share per
+/// build thread, and returns the results in order.
+fn in_shares<I: Sync, T: Send>(
+    items: &[I],
+    unit: usize,
+    work: impl Fn(&[I]) -> Vec<T> + Sync,
+) -> Vec<T> {
+    let rows = items.len() / unit.max(1);
     let threads = super::parallel::build_threads();
     let share = rows.div_ceil(threads).max(1);
-    if dim == 0 || rows <= share {
-        return work(values);
+    if rows <= share {
+        return work(items);
     }
     let work = &work;
     std::thread::scope(|scope| {
-        let handles: Vec<_> = values
-            .chunks(share * dim)
-            .map(|values| scope.spawn(move || work(values)))
+        let handles: Vec<_> = items
+            .chunks(share * unit.max(1))
+            .map(|items| scope.spawn(move || work(items)))
             .collect();
         handles
             .into_iter()
@@ -470,32 +483,14 @@ pub(crate) fn coded_payload(model: &IvfModel, values: &[f32], assigned: &[u32]) 
         .copied()
         .zip(values.chunks_exact(dim))
         .collect();
-    let threads = super::parallel::build_threads();
-    let share = rows.len().div_ceil(threads).max(1);
     let coders = model.sq.as_ref().map(sq::Coders::new);
     let coders = coders.as_ref();
-    let code = |rows: &[(u32, &[f32])]| {
+    in_shares(&rows, 1, |rows: &[(u32, &[f32])]| {
         let mut out = Vec::with_capacity(rows.len() * model.row_width());
         for (p, v) in rows {
             payload_codes(model, coders, *p, v, model.prepare(v).as_deref(), &mut out);
         }
         out
-    };
-    if rows.len() <= share {
-        return code(&rows);
-    }
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = rows
-            .chunks(share)
-            .map(|c| scope.spawn(move || code(c)))
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| {
-                h.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
     })
 }
 

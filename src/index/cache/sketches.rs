@@ -133,19 +133,7 @@ impl IndexCache {
             file: name.clone(),
             partition,
         };
-        let mut found: Vec<Option<Arc<Sketch>>> = ps
-            .iter()
-            .map(|&p| match self.get(&key(p)) {
-                Some(Entry::Sketch(hit)) => Some(hit),
-                _ => None,
-            })
-            .collect();
-        let missing: Vec<usize> = ps
-            .iter()
-            .zip(&found)
-            .filter(|(_, f)| f.is_none())
-            .map(|(&p, _)| p)
-            .collect();
+        let (mut found, missing) = self.cached_sketches(ps, key);
         if missing.is_empty() {
             return Ok(found.into_iter().flatten().collect());
         }
@@ -182,6 +170,29 @@ impl IndexCache {
 }
 
 impl IndexCache {
+    /// The sketches of partitions `ps` kept under `key(p)` (`None` where not kept), and the
+    /// partitions not kept.
+    fn cached_sketches(
+        &self,
+        ps: &[usize],
+        key: impl Fn(usize) -> Key,
+    ) -> (Vec<Option<Arc<Sketch>>>, Vec<usize>) {
+        let found: Vec<Option<Arc<Sketch>>> = ps
+            .iter()
+            .map(|&p| match self.get(&key(p)) {
+                Some(Entry::Sketch(hit)) => Some(hit),
+                _ => None,
+            })
+            .collect();
+        let missing = ps
+            .iter()
+            .zip(&found)
+            .filter(|(_, f)| f.is_none())
+            .map(|(&p, _)| p)
+            .collect();
+        (found, missing)
+    }
+
     /// Partitions `ps` of an IVF_SQ segment whose rows rewrites moved: each stored sketch
     /// ([`Self::sq_sketches`]) with its addresses translated through the ledger and the rows
     /// the segment does not own (any more) dropped, kept under the ledger state and the
@@ -202,19 +213,7 @@ impl IndexCache {
             invalidated: segment.invalidated_fragments.iter().copied().collect(),
             partition,
         };
-        let mut found: Vec<Option<Arc<Sketch>>> = ps
-            .iter()
-            .map(|&p| match self.get(&key(p)) {
-                Some(Entry::Sketch(hit)) => Some(hit),
-                _ => None,
-            })
-            .collect();
-        let missing: Vec<usize> = ps
-            .iter()
-            .zip(&found)
-            .filter(|(_, f)| f.is_none())
-            .map(|(&p, _)| p)
-            .collect();
+        let (mut found, missing) = self.cached_sketches(ps, key);
         if missing.is_empty() {
             return Ok(found.into_iter().flatten().collect());
         }
