@@ -37,7 +37,7 @@ use crate::engine::knn::{KnnExec, KnnQuery};
 use crate::engine::scan::{FragmentScanExec, ROW_ADDR, ROW_ID, ScanSpec, VirtualColumns};
 use crate::format::{Manifest, Snapshot};
 use crate::index::distance::Metric;
-use crate::index::knn::KnnShare;
+use crate::index::knn::{KnnShare, Slice};
 
 /// The wire format of fragvec's nodes; a worker refuses another.
 pub const WIRE_VERSION: u32 = 1;
@@ -121,6 +121,11 @@ pub struct ShareProto {
     pub segments: Vec<u64>,
     #[prost(uint64, repeated, tag = "2")]
     pub fragments: Vec<u64>,
+    /// A sliced share: its index and the split's share count (`of` 0: not sliced).
+    #[prost(uint32, tag = "3")]
+    pub slice_index: u32,
+    #[prost(uint32, tag = "4")]
+    pub slice_of: u32,
 }
 
 /// Encodes and decodes fragvec's operators over the databases a process serves.
@@ -275,6 +280,8 @@ impl Encoder<'_> {
             share: knn.share().map(|s| ShareProto {
                 segments: s.segments.iter().copied().collect(),
                 fragments: s.fragments.iter().copied().collect(),
+                slice_index: s.slice.map_or(0, |sl| sl.index),
+                slice_of: s.slice.map_or(0, |sl| sl.of),
             }),
         })
     }
@@ -408,9 +415,16 @@ impl Decoder<'_> {
         };
         let share = match proto.share {
             Some(s) => {
+                let slice = match s.slice_of {
+                    0 => None,
+                    of => Some(Slice::new(s.slice_index, of).ok_or_else(|| {
+                        bad(format!("slice {} of {of} does not exist", s.slice_index))
+                    })?),
+                };
                 let share = KnnShare {
                     segments: s.segments.into_iter().collect(),
                     fragments: s.fragments.into_iter().collect(),
+                    slice,
                 };
                 if let Some(seg) = share
                     .segments

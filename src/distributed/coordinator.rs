@@ -37,6 +37,7 @@ use super::databases::Databases;
 use super::error::DistributedError;
 use super::on_workers::OnWorkersExec;
 use super::sorts::merge_sorts_over_fragvec;
+use super::routing;
 use super::tasks;
 use crate::engine::FragvecSession;
 use crate::engine::options::FragvecOptions;
@@ -80,7 +81,8 @@ impl FragvecSession {
             .with_distributed_worker_resolver(WorkerUrls(urls))
             .with_distributed_user_codec(FragvecCodec::new(databases))
             .with_distributed_desired_task_count_handler(tasks::desired_task_count)
-            .with_distributed_scale_up_leaf_node_handler(tasks::scale_up_leaf);
+            .with_distributed_scale_up_leaf_node_handler(tasks::scale_up_leaf)
+            .with_distributed_route_tasks_handler(routing::route_tasks);
         // The distributed planner distributes what the planner before it made.
         let mut builder = SessionStateBuilder::new()
             .with_default_features()

@@ -49,6 +49,20 @@ impl Databases {
             .insert(location, Served { database, cache });
     }
 
+    /// Each served database's location with the bytes its index cache holds (reported by
+    /// a worker, so an operator can see which share of the index each worker caches).
+    pub fn cache_bytes(&self) -> Vec<(String, usize)> {
+        let mut held: Vec<(String, usize)> = self
+            .open
+            .lock()
+            .expect("databases lock")
+            .iter()
+            .map(|(location, served)| (location.clone(), served.cache.bytes_held()))
+            .collect();
+        held.sort();
+        held
+    }
+
     /// The database at `location`, opened now if needed.
     pub async fn open(&self, location: &str) -> Result<Served> {
         if let Some(served) = self.open.lock().expect("databases lock").get(location) {

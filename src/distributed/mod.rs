@@ -7,7 +7,10 @@
 //!   codec and databases; in-process workers for tests.
 //! * [`codec`]: `FragmentScanExec` and `KnnExec` on the wire.
 //! * [`tasks`]: the planner hooks that split fragvec's leaves into tasks; [`split`]: the
-//!   pure split rules (scans by runs of fragments, KNN by segments plus unowned fragments).
+//!   pure split rules (scans by runs of fragments, KNN by segments plus unowned fragments,
+//!   or by slices of the partitions when the segments do not deal evenly).
+//! * [`routing`]: which worker runs which task (the same share on the same worker from one
+//!   query to the next, so workers cache disjoint shares).
 //! * [`sorts`]: sorts over a fragvec leaf (KNN's top-k) become per-task sorts merged on
 //!   the coordinator.
 //! * [`on_workers`]: the root of a query on workers, naming them in its errors.
@@ -22,6 +25,7 @@ pub mod coordinator;
 pub mod databases;
 pub mod error;
 pub mod on_workers;
+pub mod routing;
 pub mod sorts;
 pub mod split;
 pub mod tasks;

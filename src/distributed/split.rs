@@ -10,6 +10,13 @@
 //!   segment's bitmap names (likely unowned: appended since the index was built) are weighed
 //!   by rows and dealt to the least loaded share, largest first; the other fragments (whose
 //!   rows a segment most likely owns) are dealt round-robin.
+//! * When whole segments cannot be dealt evenly (fewer segments than tasks, as after
+//!   `OPTIMIZE INDEX ... MERGE`, or one much larger than the rest), an IVF_FLAT or IVF_SQ
+//!   search is split into slices instead: share `i` of `n` searches partitions `p % n == i`
+//!   of every segment (see [`crate::index::knn::share`]). The same partitions go to the same
+//!   share from one query to the next, so each worker caches its own share of the index.
+//!   IVF_PQ segments are not sliced: their re-rank depth is per segment, so a slice would
+//!   re-rank other candidates than the single machine.
 //!
 //! Task counts are wishes: the planner caps them by the number of workers.
 
@@ -17,7 +24,15 @@ use std::collections::BTreeSet;
 use std::ops::Range;
 
 use crate::format::Manifest;
-use crate::index::knn::KnnShare;
+use crate::format::index_meta::{IndexDef, IndexKind};
+use crate::index::knn::{KnnShare, Slice};
+
+/// Whole segments are dealt to tasks unless the most loaded task would carry more than this
+/// many times its even share of the rows; then the index is sliced by partitions.
+const MAX_IMBALANCE: f64 = 1.25;
+
+/// Tasks a sliced search asks for at most (the planner caps them by the workers).
+const MAX_SLICES: usize = 64;
 
 /// Tasks a scan of `manifest` can use: one per fragment.
 pub fn scan_task_count(manifest: &Manifest) -> usize {
@@ -40,26 +55,71 @@ pub fn fragment_runs(manifest: &Manifest, tasks: usize) -> Vec<BTreeSet<u64>> {
 }
 
 /// Tasks a KNN search can use: one per segment and per likely-unowned fragment (with an
-/// index), or one per fragment (exact search).
-pub fn knn_task_count(manifest: &Manifest, index: Option<&str>) -> usize {
+/// index; as many as there are partitions, up to [`MAX_SLICES`], when the index can be
+/// sliced), or one per fragment (exact search).
+pub fn knn_task_count(manifest: &Manifest, index: Option<&IndexDef>) -> usize {
     let units = match index {
-        Some(index) => {
+        Some(def) => {
+            let index = def.name.as_str();
             let named = named_fragments(manifest, index);
-            manifest.segments_of(index).count()
+            let whole = manifest.segments_of(index).count()
                 + manifest
                     .fragments
                     .iter()
                     .filter(|f| !named.contains(&f.id))
-                    .count()
+                    .count();
+            if sliceable(def) {
+                whole.max((def.num_partitions as usize).min(MAX_SLICES))
+            } else {
+                whole
+            }
         }
         None => manifest.fragments.len(),
     };
     units.max(1)
 }
 
-/// `tasks` shares of a KNN search over `manifest` with `index` (`None`: exact search).
-pub fn knn_shares(manifest: &Manifest, index: Option<&str>, tasks: usize) -> Vec<KnnShare> {
+/// Whether searches of `index` may be sliced by partitions (see the module docs).
+fn sliceable(index: &IndexDef) -> bool {
+    !matches!(index.kind, IndexKind::IvfPq { .. })
+}
+
+/// `tasks` shares of a KNN search over `manifest` with `index` (`None`: exact search): whole
+/// segments and fragments when they deal evenly, else slices (see the module docs).
+pub fn knn_shares(manifest: &Manifest, index: Option<&IndexDef>, tasks: usize) -> Vec<KnnShare> {
     let tasks = tasks.max(1);
+    let whole = whole_shares(manifest, index.map(|i| i.name.as_str()), tasks);
+    let Some(index) = index.filter(|i| tasks > 1 && sliceable(i)) else {
+        return whole;
+    };
+    let segment_rows: Vec<u64> = manifest.segments_of(&index.name).map(|s| s.rows).collect();
+    let total: u64 = segment_rows.iter().sum();
+    let heaviest = least_loaded(&segment_rows, tasks)
+        .iter()
+        .zip(&segment_rows)
+        .fold(vec![0u64; tasks], |mut load, (t, rows)| {
+            load[*t] += rows;
+            load
+        })
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+    if total == 0 || (heaviest as f64) <= MAX_IMBALANCE * total as f64 / tasks as f64 {
+        return whole;
+    }
+    let segments: BTreeSet<u64> = manifest.segments_of(&index.name).map(|s| s.id).collect();
+    let fragments: BTreeSet<u64> = manifest.fragments.iter().map(|f| f.id).collect();
+    (0..tasks)
+        .map(|i| KnnShare {
+            segments: segments.clone(),
+            fragments: fragments.clone(),
+            slice: Slice::new(i as u32, tasks as u32),
+        })
+        .collect()
+}
+
+/// `tasks` shares dealing whole segments and fragments.
+fn whole_shares(manifest: &Manifest, index: Option<&str>, tasks: usize) -> Vec<KnnShare> {
     let mut shares = vec![KnnShare::default(); tasks];
     let named = index.map_or_else(BTreeSet::new, |i| named_fragments(manifest, i));
     // Weighed units: segments, then fragments no segment names.
@@ -237,14 +297,30 @@ mod tests {
         m
     }
 
+    /// Index "i" of `kind` with 16 partitions.
+    fn def(kind: IndexKind) -> IndexDef {
+        IndexDef {
+            name: "i".into(),
+            column: "v".into(),
+            kind,
+            metric: crate::index::distance::Metric::L2,
+            num_partitions: 16,
+            model_file: String::new(),
+            model_size_bytes: 0,
+            created_at_version: 1,
+        }
+    }
+
     proptest! {
-        /// Each segment and each fragment is in exactly one share (what makes the merged
-        /// answer the single-machine one), with and without an index.
+        /// Either each segment and each fragment is in exactly one share, or (a sliced split,
+        /// only for an index that can be sliced) every share names all of them under its own
+        /// slice: what makes the merged answer the single-machine one, with and without an
+        /// index.
         #[test]
         fn prop_knn_shares_partition_segments_and_fragments(
             owner in prop::collection::vec(prop::option::of(0..4usize), 0..20),
             tasks in 1..6usize,
-            exact in any::<bool>(),
+            kind in 0..3usize,
         ) {
             let sizes: Vec<u64> = (0..owner.len() as u64).map(|i| 1 + i * 7 % 13).collect();
             let mut segments = vec![BTreeSet::new(); 4];
@@ -254,17 +330,33 @@ mod tests {
                 }
             }
             let m = manifest(&sizes, &segments);
-            let index = (!exact).then_some("i");
-            let shares = knn_shares(&m, index, tasks);
+            let def = match kind {
+                0 => None,
+                1 => Some(def(IndexKind::IvfFlat)),
+                _ => Some(def(IndexKind::IvfPq { num_sub_vectors: 4 })),
+            };
+            let shares = knn_shares(&m, def.as_ref(), tasks);
             prop_assert_eq!(shares.len(), tasks);
-            for f in &m.fragments {
-                prop_assert_eq!(shares.iter().filter(|s| s.fragments.contains(&f.id)).count(), 1);
+            if shares[0].slice.is_some() {
+                prop_assert_eq!(kind, 1);
+                let slices: BTreeSet<u32> =
+                    shares.iter().map(|s| s.slice.map(|s| s.index).unwrap_or(u32::MAX)).collect();
+                prop_assert_eq!(slices, (0..tasks as u32).collect::<BTreeSet<_>>());
+                for s in &shares {
+                    prop_assert_eq!(s.slice.map(|s| s.of), Some(tasks as u32));
+                    prop_assert_eq!(s.segments.len(), m.index_segments.len());
+                    prop_assert_eq!(s.fragments.len(), m.fragments.len());
+                }
+            } else {
+                for f in &m.fragments {
+                    prop_assert_eq!(shares.iter().filter(|s| s.fragments.contains(&f.id)).count(), 1);
+                }
+                for seg in &m.index_segments {
+                    let holders = shares.iter().filter(|s| s.segments.contains(&seg.id)).count();
+                    prop_assert_eq!(holders, usize::from(kind != 0));
+                }
             }
-            for seg in &m.index_segments {
-                let holders = shares.iter().filter(|s| s.segments.contains(&seg.id)).count();
-                prop_assert_eq!(holders, usize::from(!exact));
-            }
-            prop_assert!(knn_task_count(&m, index) >= 1);
+            prop_assert!(knn_task_count(&m, def.as_ref()) >= 1);
         }
     }
 
@@ -275,13 +367,34 @@ mod tests {
         // (25 + 8) together; named fragments go round-robin.
         let named = [[0, 1, 2].into_iter().collect(), [3].into_iter().collect()];
         let m = manifest(&[10, 10, 10, 25, 8], &named);
-        let shares = knn_shares(&m, Some("i"), 2);
+        let flat = def(IndexKind::IvfFlat);
+        let shares = knn_shares(&m, Some(&flat), 2);
         assert_eq!(shares[0].segments, [10].into());
         assert_eq!(shares[1].segments, [11].into());
         assert_eq!(shares[0].fragments, [0, 2].into());
         assert_eq!(shares[1].fragments, [1, 3, 4].into());
-        assert_eq!(knn_task_count(&m, Some("i")), 3);
+        let pq = def(IndexKind::IvfPq { num_sub_vectors: 4 });
+        assert_eq!(knn_task_count(&m, Some(&pq)), 3);
+        // A sliceable index asks for a task per partition.
+        assert_eq!(knn_task_count(&m, Some(&flat)), 16);
         assert_eq!(knn_task_count(&m, None), 5);
+    }
+
+    #[test]
+    fn one_segment_is_sliced_unless_its_index_is_pq() {
+        // One segment of 30 rows: two whole shares would leave one idle.
+        let m = manifest(&[10, 10, 10, 5], &[[0, 1, 2].into_iter().collect()]);
+        let shares = knn_shares(&m, Some(&def(IndexKind::IvfSq)), 2);
+        assert_eq!(shares[0].slice, Slice::new(0, 2));
+        assert_eq!(shares[1].slice, Slice::new(1, 2));
+        assert_eq!(shares[1].segments, [10].into());
+        assert_eq!(shares[1].fragments, [0, 1, 2, 3].into());
+        let pq = def(IndexKind::IvfPq { num_sub_vectors: 4 });
+        let shares = knn_shares(&m, Some(&pq), 2);
+        assert!(shares.iter().all(|s| s.slice.is_none()));
+        assert_eq!(shares.iter().filter(|s| s.segments.contains(&10)).count(), 1);
+        // One task: never sliced.
+        assert!(knn_shares(&m, Some(&def(IndexKind::IvfFlat)), 1)[0].slice.is_none());
     }
 
     #[test]

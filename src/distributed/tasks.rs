@@ -3,8 +3,8 @@
 //!
 //! Without these a custom leaf runs as one task and nothing is distributed. A
 //! [`FragmentScanExec`] wants one task per fragment and is split into contiguous runs of
-//! fragments; a [`KnnExec`] wants one task per segment and likely-unowned fragment and is
-//! split into shares (see [`super::split`]). The variants go into datafusion-distributed's
+//! fragments; a [`KnnExec`] wants one task per segment and likely-unowned fragment (or per
+//! partition, when its index can be sliced) and is split into shares (see [`super::split`]). The variants go into datafusion-distributed's
 //! `DistributedLeafExec`, which sends each task only its own variant.
 
 use std::sync::Arc;
@@ -21,6 +21,7 @@ use super::split;
 use crate::engine::knn::KnnExec;
 use crate::engine::options::FragvecOptions;
 use crate::engine::scan::FragmentScanExec;
+use crate::format::index_meta::IndexDef;
 
 /// How many tasks a fragvec leaf wants (`None` for other nodes).
 pub fn desired_task_count(
@@ -89,11 +90,11 @@ pub fn scale_up_leaf(ev: ScaleUpLeafNodeEvent<'_>) -> Option<Result<ScaleUpLeafN
 
 /// The index a KNN search will use ([`crate::engine::knn::searched_index`]: under `SET fragvec.exact = true`,
 /// an IVF_FLAT index with every partition probed, else none).
-fn searched_index<'a>(knn: &'a KnnExec, config: &SessionConfig) -> Option<&'a str> {
+fn searched_index<'a>(knn: &'a KnnExec, config: &SessionConfig) -> Option<&'a IndexDef> {
     let exact = config
         .options()
         .extensions
         .get::<FragvecOptions>()
         .is_some_and(|o| o.exact);
-    crate::engine::knn::searched_index(knn.index(), exact).map(|i| i.name.as_str())
+    crate::engine::knn::searched_index(knn.index(), exact)
 }

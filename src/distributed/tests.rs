@@ -45,8 +45,8 @@ async fn populated(location: &str) -> FragvecSession {
          OPTIMIZE INDEX idx ON t APPEND; {}; \
          DELETE FROM t WHERE id % 11 = 0",
         rows(0, 299),
-        rows(300, 399),
-        rows(400, 499),
+        rows(300, 599),
+        rows(600, 699),
     ))
     .await
     .unwrap();
@@ -213,6 +213,7 @@ async fn knn_plans_and_shares_round_trip_with_the_same_output() {
         let share = KnnShare {
             segments: [manifest.index_segments[0].id].into(),
             fragments: manifest.fragments.iter().map(|f| f.id).step_by(2).collect(),
+            slice: None,
         };
         let part: Arc<dyn ExecutionPlan> = Arc::new(original.with_share(share.clone()).unwrap());
         let back = round_trip_node(&codec, &s, part.clone()).unwrap();
@@ -340,7 +341,7 @@ async fn queries_over_in_process_workers_equal_single_node_answers() {
     }
     let explain = text(&dist, "EXPLAIN SELECT g, sum(id) FROM t GROUP BY g").await;
     assert!(explain.contains("tasks=2"), "{explain}");
-    assert!(explain.contains(" of 10, projection"), "{explain}");
+    assert!(explain.contains(" of 14, projection"), "{explain}");
     let explain = text(
         &dist,
         "EXPLAIN SELECT id FROM t ORDER BY l2_distance(emb, [0.5, 0.1, -0.2, 0.9]) LIMIT 10",
@@ -395,5 +396,150 @@ async fn writes_stay_on_the_coordinator_when_every_worker_is_gone() {
     assert_eq!(
         single.sql_one("SELECT * FROM u").await.unwrap().num_rows(),
         14
+    );
+}
+
+/// `plan` with its `KnnExec` replaced by the union of `shares` of it (what a split plan
+/// merges on the coordinator, here in one process).
+fn split_into(plan: &Arc<dyn ExecutionPlan>, shares: Vec<KnnShare>) -> Arc<dyn ExecutionPlan> {
+    use datafusion::common::tree_node::Transformed;
+    use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+    use datafusion::physical_plan::union::UnionExec;
+    plan.clone()
+        .transform_up(|node| {
+            let Some(knn) = node.downcast_ref::<KnnExec>() else {
+                return Ok(Transformed::no(node));
+            };
+            let parts: Vec<Arc<dyn ExecutionPlan>> = shares
+                .iter()
+                .map(|s| Ok(Arc::new(knn.with_share(s.clone())?) as Arc<dyn ExecutionPlan>))
+                .collect::<Result<_>>()?;
+            Ok(Transformed::yes(Arc::new(CoalescePartitionsExec::new(
+                UnionExec::try_new(parts)?,
+            ))))
+        })
+        .unwrap()
+        .data
+}
+
+/// A one-segment index sliced into 2 and 3 shares answers exactly as one search, for masks
+/// small and large (the exact-mask path and the indexed path), at nprobes that leave some
+/// slice with few or no probed partitions (so it must count the others' rows to decide
+/// whether to probe on), and for k beyond the rows the index holds (the exact fallback: NULL
+/// vectors are not indexed). (NULLS FIRST over slices: tests/distributed.rs.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sliced_shares_merge_to_the_single_search_answer() {
+    use crate::index::knn::Slice;
+    let s = FragvecSession::open("memory://dist-sliced").await.unwrap();
+    let rows = |from: i64, to: i64| {
+        format!(
+            "INSERT INTO t SELECT value, value % 7, CASE WHEN value % 89 = 3 THEN NULL ELSE \
+             make_array(sin(value), cos(value * 1.3), sin(value * 0.3), cos(value * 0.7)) END \
+             FROM generate_series({from}, {to})"
+        )
+    };
+    s.sql(&format!(
+        "CREATE TABLE t (id BIGINT NOT NULL, g BIGINT, emb VECTOR(4)) \
+         WITH (max_rows_per_fragment = 1000); {}; \
+         CREATE VECTOR INDEX idx ON t (emb) USING IVF_FLAT WITH (num_partitions = 12); {}; \
+         OPTIMIZE INDEX idx ON t MERGE 2; {}; \
+         DELETE FROM t WHERE id % 13 = 0",
+        rows(0, 5999),
+        rows(6000, 8999),
+        rows(9000, 9499),
+    ))
+    .await
+    .unwrap();
+    let mut checked = 0;
+    for (q, nprobes) in ["[0.5, 0.1, -0.2, 0.9]", "[-0.7, 0.4, 0.3, -0.1]", "[0.0, -1.0, 0.5, 0.5]"]
+        .into_iter()
+        .flat_map(|q| [1, 2, 5, 12].map(|n| (q, n)))
+    {
+        s.sql_one(&format!("SET fragvec.nprobes = {nprobes}"))
+            .await
+            .unwrap();
+        for filter in ["", "WHERE id % 2 = 0", "WHERE g = 3", "WHERE id % 500 = 7"] {
+            for k in [1, 10, 150, 9600] {
+                let sql = format!(
+                    "SELECT id, l2_distance(emb, {q}) AS d FROM t {filter} ORDER BY d LIMIT {k}"
+                );
+                let plan = physical(&s, &sql).await;
+                // Sorted lines: rows tied at an infinite distance (NULL vectors) come in
+                // no particular order.
+                let sorted = |text: String| {
+                    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+                    lines.sort();
+                    lines
+                };
+                let expected = sorted(run(&s, plan.clone()).await);
+                for of in [2u32, 3] {
+                    let knn = find::<KnnExec>(&plan);
+                    let manifest = &knn.downcast_ref::<KnnExec>().unwrap().scan_spec().snapshot.manifest;
+                    assert_eq!(manifest.index_segments.len(), 1);
+                    let shares = (0..of)
+                        .map(|i| KnnShare {
+                            segments: manifest.index_segments.iter().map(|s| s.id).collect(),
+                            fragments: manifest.fragments.iter().map(|f| f.id).collect(),
+                            slice: Slice::new(i, of),
+                        })
+                        .collect();
+                    // A fresh plan: an executed TopK keeps its dynamic filter.
+                    let split = split_into(&physical(&s, &sql).await, shares);
+                    let got = sorted(run(&s, split).await);
+                    assert_eq!(got, expected, "{of} slices, nprobes {nprobes}: {sql}");
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 3 * 4 * 4 * 4 * 2);
+}
+
+/// Over two workers, a one-segment index searched exactly (every partition) is sliced the
+/// same way and each slice goes to the same worker on every query: the workers' caches
+/// together hold about what one node's cache holds, not twice that (as they would if the
+/// slices went to random workers), and the answers are the single node's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_worker_caches_its_own_slice_from_query_to_query() {
+    let tmp = tempfile::tempdir().unwrap();
+    let location = tmp.path().to_str().unwrap().to_string();
+    let single = FragvecSession::open(&location).await.unwrap();
+    single
+        .sql(
+            "CREATE TABLE t (id BIGINT NOT NULL, emb VECTOR(16)) \
+             WITH (max_rows_per_fragment = 2000); \
+             INSERT INTO t SELECT value, make_array(sin(value), cos(value), sin(value * 0.3), \
+             cos(value * 0.7), sin(value * 1.1), cos(value * 1.3), sin(value * 1.7), \
+             cos(value * 1.9), sin(value * 2.3), cos(value * 2.9), sin(value * 3.1), \
+             cos(value * 3.7), sin(value * 4.1), cos(value * 4.3), sin(value * 4.7), \
+             cos(value * 5.3)) FROM generate_series(1, 8000); \
+             CREATE VECTOR INDEX idx ON t (emb) USING IVF_FLAT WITH (num_partitions = 16)",
+        )
+        .await
+        .unwrap();
+    let workers = [super::spawn().await.unwrap(), super::spawn().await.unwrap()];
+    let urls: Vec<String> = workers.iter().map(|w| w.url().to_string()).collect();
+    let dist = FragvecSession::with_workers(&location, &urls)
+        .await
+        .unwrap();
+    for s in [&dist, &single] {
+        s.sql_one("SET fragvec.exact = true").await.unwrap();
+    }
+    for i in 0..8 {
+        let sql = format!(
+            "SELECT id FROM t ORDER BY l2_distance(emb, \
+             [{i}, 0.1, -0.2, 0.9, 0.3, -0.4, 0.8, 0.05, 0, 0, 0, 0, 0, 0, 0, {i}]) LIMIT 10"
+        );
+        assert_eq!(text(&dist, &sql).await, text(&single, &sql).await, "{sql}");
+    }
+    let held: Vec<usize> = workers
+        .iter()
+        .map(|w| w.cache_bytes().iter().map(|(_, b)| b).sum())
+        .collect();
+    let one_node = single.index_cache().bytes_held();
+    assert!(held.iter().all(|b| *b > one_node / 4), "{held:?} vs {one_node}");
+    assert!(
+        held.iter().sum::<usize>() < one_node * 13 / 10,
+        "{held:?} vs {one_node}"
     );
 }

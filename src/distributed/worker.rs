@@ -101,6 +101,7 @@ pub async fn serve(
 #[derive(Debug)]
 pub struct LocalWorker {
     url: String,
+    databases: Arc<Databases>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<Result<()>>,
 }
@@ -109,6 +110,11 @@ impl LocalWorker {
     /// `http://127.0.0.1:PORT`.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// Bytes held by the index cache of each database this worker has served.
+    pub fn cache_bytes(&self) -> Vec<(String, usize)> {
+        self.databases.cache_bytes()
     }
 
     /// Stops serving: queries that use this worker fail from now on.
@@ -132,11 +138,12 @@ pub async fn spawn() -> Result<LocalWorker> {
     let (incoming, addr) = bind(SocketAddr::from(([127, 0, 0, 1], 0)))?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let databases = Arc::new(Databases::new(None));
-    let task = tokio::spawn(serve(incoming, databases, async {
+    let task = tokio::spawn(serve(incoming, databases.clone(), async {
         let _ = stopped.await;
     }));
     Ok(LocalWorker {
         url: format!("http://{addr}"),
+        databases,
         stop: Some(stop),
         task,
     })

@@ -190,12 +190,23 @@ impl DisplayAs for KnnExec {
                 if let Some(share) = &self.share {
                     let segments: Vec<String> =
                         share.segments.iter().map(|s| s.to_string()).collect();
-                    write!(
-                        f,
-                        ", share=segments [{}] + {} fragments",
-                        segments.join(", "),
-                        share.fragments.len()
-                    )?;
+                    match share.slice {
+                        Some(slice) => write!(
+                            f,
+                            ", share=partitions p % {} = {} of segments [{}], unowned rows o % {} = {}",
+                            slice.of,
+                            slice.index,
+                            segments.join(", "),
+                            slice.of,
+                            slice.index
+                        )?,
+                        None => write!(
+                            f,
+                            ", share=segments [{}] + {} fragments",
+                            segments.join(", "),
+                            share.fragments.len()
+                        )?,
+                    }
                 }
                 Ok(())
             }

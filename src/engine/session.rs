@@ -232,6 +232,12 @@ impl FragvecSession {
         self.schema.database()
     }
 
+    /// The index cache this session's queries use (shared with the sessions it shares a
+    /// database handle with): its budget and the bytes it holds.
+    pub fn index_cache(&self) -> &Arc<crate::index::cache::IndexCache> {
+        self.schema.index_cache()
+    }
+
     /// Lists the database's tables again (tables other processes created or dropped), for
     /// front ends that show the list (a Flight SQL server's GetTables).
     pub async fn refresh_tables(&self) -> Result<()> {

@@ -118,6 +118,15 @@ impl TopK {
         self.heap.len() >= self.k
     }
 
+    /// Candidates held (at most `k`).
+    pub fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+
     pub fn into_sorted(self) -> Vec<Candidate> {
         self.heap.into_sorted_vec()
     }

@@ -115,7 +115,7 @@ impl Searcher<'_> {
 
     /// The rows of `fragment` brute force may score: not deleted, not answered by a segment
     /// (`skip`), and in the query's mask.
-    fn scorable(
+    pub(super) fn scorable(
         &self,
         fragment: &Fragment,
         skip: &HashMap<u64, RoaringBitmap>,

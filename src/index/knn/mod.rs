@@ -53,7 +53,7 @@ use super::error::{IndexError, Result};
 use super::search::{Candidate, TopK};
 use crate::format::Snapshot;
 use crate::format::index_meta::IndexDef;
-pub use share::{KnnShare, ShareRows};
+pub use share::{KnnShare, ShareRows, Slice};
 
 /// Masks admitting at most this many rows are answered by scoring exactly those rows.
 pub const EXACT_MASK_ROWS: u64 = 4096;
@@ -173,6 +173,8 @@ pub(crate) struct Scope {
     pub segments: BTreeSet<u64>,
     pub fragments: BTreeSet<u64>,
     pub rows: ShareRows,
+    /// A sliced share: decides from the whole table's counts (see [`share`]).
+    pub slice: Option<Slice>,
 }
 
 /// Answers a KNN request (see the module docs for the contract).
@@ -239,13 +241,15 @@ async fn search_in(
             segments: share.segments.clone(),
             fragments: share.fragments.clone(),
             rows: resolve_share(req.snapshot, req.index, share, cache).await?,
+            slice: share.slice,
         }),
         None => None,
     };
     // A share's WHERE mask holds only its own rows, so every count and path below (the
-    // exact-mask path, the exact fallback) sees exactly the share's qualifying rows.
+    // exact-mask path, the exact fallback) sees exactly the share's qualifying rows. A
+    // sliced share keeps the whole table's mask: it decides from the whole table's counts.
     let restricted = match (&scope, req.mask) {
-        (Some(scope), Some(mask)) => Some(scope.rows.restrict(mask)),
+        (Some(scope), Some(mask)) if scope.slice.is_none() => Some(scope.rows.restrict(mask)),
         _ => None,
     };
     let req = KnnRequest {
@@ -280,10 +284,13 @@ async fn search_in(
         return searcher.run().await;
     }
     let undefined = searcher.undefined_rows(req.k).await?;
+    // A sliced share searches for all `k` (truncated below): its decisions are made from the
+    // whole table's counts, which must be compared with the same `k` in every share.
+    let sliced = share.is_some_and(|s| s.slice.is_some());
     let mut answer = if undefined.len() < req.k {
         let rest = Searcher {
             req: KnnRequest {
-                k: req.k - undefined.len(),
+                k: if sliced { req.k } else { req.k - undefined.len() },
                 ..searcher.req
             },
             ..searcher
@@ -305,6 +312,7 @@ async fn search_in(
             addr,
         }),
     );
+    answer.candidates.truncate(req.k);
     Ok(answer)
 }
 
@@ -312,10 +320,11 @@ impl Searcher<'_> {
     async fn run(self) -> Result<KnnAnswer> {
         let k = self.req.k;
         let all = &self.req.snapshot.manifest.fragments;
+        let sliced = self.scope.as_ref().is_some_and(|s| s.slice.is_some());
         let qualifying = match (self.req.mask, &self.scope) {
             (Some(m), _) => m.len(),
-            (None, None) => self.req.snapshot.manifest.live_rows(),
-            (None, Some(scope)) => scope.rows.live_rows(all, &self.deletions),
+            (None, Some(scope)) if !sliced => scope.rows.live_rows(all, &self.deletions),
+            (None, _) => self.req.snapshot.manifest.live_rows(),
         };
         let mut vectors = HashMap::new();
         let mut exact_mask = false;
@@ -323,7 +332,11 @@ impl Searcher<'_> {
             (Some(mask), _) if qualifying <= EXACT_MASK_ROWS.max(k as u64) => {
                 // Few qualifying rows: score exactly them.
                 exact_mask = true;
-                let addrs: Vec<u64> = mask.iter().collect();
+                let addrs: Vec<u64> = match &self.scope {
+                    // A sliced share scores its slice of the whole table's masked rows.
+                    Some(scope) if sliced => scope.rows.restrict(mask).iter().collect(),
+                    _ => mask.iter().collect(),
+                };
                 let mut top = TopK::new(k);
                 for c in self.score_addresses(&addrs).await? {
                     top.push(c);
@@ -332,9 +345,11 @@ impl Searcher<'_> {
             }
             (_, None) => self.brute_force_scope().await?,
             (_, Some(index)) => {
-                let (found, found_vectors) = self.indexed(index).await?;
+                let (found, found_vectors, found_anywhere) = self.indexed(index).await?;
                 vectors = found_vectors;
-                if found.len() < k && (found.len() as u64) < qualifying {
+                // What the single machine found (a sliced share found only its slice).
+                let found_anywhere = found_anywhere.unwrap_or(found.len() as u64);
+                if found_anywhere < k as u64 && found_anywhere < qualifying {
                     // Rows the index cannot return (NULL vectors) would be in the exact answer.
                     Counters::add(&self.counters.exact_fallbacks, 1);
                     vectors.clear();

@@ -14,7 +14,7 @@ use crate::index::cache::{Probed, Translation};
 use crate::index::error::{IndexError, Result};
 use crate::index::ivf::IvfModel;
 use crate::index::search::{
-    Candidate, RowMask, SearchStats, TopK, score_flat, score_partitions, score_pq,
+    Candidate, RowMask, SearchStats, TopK, Verdict, score_flat, score_partitions, score_pq,
 };
 use crate::index::segment::{Footer, Partition};
 use crate::ledger::ids::split_row_address;
@@ -32,11 +32,13 @@ impl Searcher<'_> {
     }
 
     /// Index search plus brute force over fragments no segment owns.
-    /// Returns the candidates and, for IVF_FLAT, the vectors of those found in segments.
+    /// Returns the candidates, for IVF_FLAT the vectors of those found in segments, and for
+    /// a sliced share how many rows the single machine's search finds (at most `k`; see
+    /// [`super::share`]).
     pub(super) async fn indexed(
         &self,
         index: &IndexDef,
-    ) -> Result<(Vec<Candidate>, HashMap<u64, Vec<f32>>)> {
+    ) -> Result<(Vec<Candidate>, HashMap<u64, Vec<f32>>, Option<u64>)> {
         let req = &self.req;
         let mask_rows = req.mask;
         let snapshot = req.snapshot;
@@ -69,7 +71,7 @@ impl Searcher<'_> {
         }
         let Some(prepared) = model.prepare(req.vector) else {
             // A zero query vector under cosine has no nearest rows; every distance is NULL.
-            return Ok((self.brute_force_scope().await?, HashMap::new()));
+            return Ok((self.brute_force_scope().await?, HashMap::new(), None));
         };
         let current: HashSet<u64> = manifest.fragments.iter().map(|f| f.id).collect();
         let deletions = &self.deletions;
@@ -122,6 +124,17 @@ impl Searcher<'_> {
         // each on object storage, instead of one per segment and per partition).
         let first = &probe_order[..req.nprobes.min(probe_order.len())];
         let exhaustive = first.len() == probe_order.len();
+        // A sliced share scores its slice of them (and counts the others' rows when its own
+        // are too few to decide, as the single machine decides, whether to probe further).
+        let slice = self.scope.as_ref().and_then(|sc| sc.slice);
+        let mine: Vec<usize> = first
+            .iter()
+            .copied()
+            .filter(|p| slice.is_none_or(|sl| sl.has_partition(*p)))
+            .collect();
+        // Rows the single machine's search finds in the segments, while below `keep`
+        // (a sliced share's count; `None` once some segment found `keep`).
+        let mut found_in_segments = Some(0u64);
         let group_bytes = probe_group_bytes(self.cache.budget());
         let reading: Vec<_> = searched
             .iter()
@@ -139,7 +152,7 @@ impl Searcher<'_> {
             .zip(&footers)
             .map(|(segment, footer)| {
                 let plan = ProbePlan {
-                    groups: footer.probe_groups(first, group_bytes),
+                    groups: footer.probe_groups(&mine, group_bytes),
                     translated: segment.fragment_bitmap.iter().any(|f| view.consumes(*f)),
                     // A scan of every partition of a segment larger than the budget would
                     // evict what repeated queries use and gain nothing: it is not kept.
@@ -151,7 +164,7 @@ impl Searcher<'_> {
         let mut prefetched: HashMap<u64, Vec<Probed>> =
             futures::future::try_join_all(reading.iter().zip(&footers).map(|(segment, footer)| {
                 let plan = &plans[&segment.id];
-                let ps = plan.groups.first().map_or(&[][..], |g| &first[g.clone()]);
+                let ps = plan.groups.first().map_or(&[][..], |g| &mine[g.clone()]);
                 let ownership = &owners[&segment.id];
                 let view = &view;
                 let model: &IvfModel = &model;
@@ -210,7 +223,7 @@ impl Searcher<'_> {
             let mut stats = SearchStats::default();
             let mut best_vectors: HashMap<u64, Vec<f32>> = HashMap::new();
             for (g, group) in plan.groups.iter().enumerate() {
-                let ps = &first[group.clone()];
+                let ps = &mine[group.clone()];
                 let probed = match prefetched.remove(&segment.id).filter(|_| g == 0) {
                     Some(probed) => probed,
                     None => {
@@ -249,12 +262,35 @@ impl Searcher<'_> {
                 }
             }
             // Then further partitions, one at a time, only while fewer than `keep` rows
-            // were found.
+            // were found. A sliced share whose slice found fewer counts the rows the other
+            // slices find (reading their partitions' addresses, not kept in the cache), and
+            // probes on while the single machine would, scoring only its own partitions.
+            let mut found = match slice {
+                Some(slice) if !top.is_full() => {
+                    let others: Vec<usize> = first
+                        .iter()
+                        .copied()
+                        .filter(|p| !slice.has_partition(*p))
+                        .collect();
+                    top.len() as u64
+                        + self
+                            .count_rows(segment, &footer, &others, &model, plan, &view, ownership, mask.as_ref())
+                            .await?
+                }
+                _ => top.len() as u64,
+            };
             let mut probed_parts = Vec::new();
             for &p in probe_order.iter().skip(first.len()) {
-                if top.is_full() {
+                if found >= keep as u64 {
                     break;
                 }
+                if slice.is_some_and(|sl| !sl.has_partition(p)) {
+                    found += self
+                        .count_rows(segment, &footer, &[p], &model, plan, &view, ownership, mask.as_ref())
+                        .await?;
+                    continue;
+                }
+                let before = top.len();
                 let probed = self
                     .read_probed(segment, &footer, &[p], &model, plan, &view, ownership)
                     .await?;
@@ -275,8 +311,13 @@ impl Searcher<'_> {
                     .pop()
                     .expect("one partition read per partition asked");
                 score(&part, &mut top, &mut stats);
+                // Below `keep`, every admitted row enters the top.
+                found += (top.len() - before) as u64;
                 probed_parts.push(part);
             }
+            found_in_segments = found_in_segments
+                .map(|n| n + found)
+                .filter(|_| found < keep as u64);
             self.record(&stats);
             let local = top.into_sorted();
             if pq_width.is_none() {
@@ -314,13 +355,43 @@ impl Searcher<'_> {
             })
             .cloned()
             .collect();
+        // What the single machine finds: at least `k` once a segment found `keep`, else the
+        // segments' rows plus every qualifying unowned row (brute force scores them all).
+        let found_anywhere = match (slice, found_in_segments) {
+            (None, _) => None,
+            (Some(_), None) => Some(k as u64),
+            (Some(_), Some(n)) => {
+                let mut unowned = 0u64;
+                for f in &unindexed {
+                    unowned += self
+                        .scorable(f, &covered_rows)?
+                        .iter()
+                        .map(|r| u64::from(r.end - r.start))
+                        .sum::<u64>();
+                }
+                Some((n.min(keep as u64) + unowned).min(k as u64))
+            }
+        };
+        // A sliced share scores the unowned rows at its offsets.
+        let skipped = match slice {
+            None => covered_rows,
+            Some(slice) => unindexed
+                .iter()
+                .map(|f| {
+                    let mut skip = covered_rows.get(&f.id).cloned().unwrap_or_default();
+                    let end = u32::try_from(f.physical_rows).unwrap_or(u32::MAX);
+                    skip.extend((0..end).filter(|o| !slice.has_offset(u64::from(*o))));
+                    (f.id, skip)
+                })
+                .collect(),
+        };
         if !unindexed.is_empty() {
             Counters::add(
                 &self.counters.unindexed_rows,
                 unindexed
                     .iter()
                     .map(|f| {
-                        let covered = covered_rows.get(&f.id).map_or(0, |r| r.len());
+                        let covered = skipped.get(&f.id).map_or(0, |r| r.len());
                         f.live_rows().saturating_sub(covered) as usize
                     })
                     .sum(),
@@ -328,7 +399,7 @@ impl Searcher<'_> {
             let mut top = TopK::new(k);
             for c in candidates
                 .into_iter()
-                .chain(self.brute_force(&unindexed, &covered_rows).await?)
+                .chain(self.brute_force(&unindexed, &skipped).await?)
             {
                 top.push(c);
             }
@@ -352,7 +423,7 @@ impl Searcher<'_> {
                 }
             }
         }
-        Ok((candidates, vectors))
+        Ok((candidates, vectors, found_anywhere))
     }
 }
 
@@ -400,6 +471,48 @@ fn keep_vectors(
 }
 
 impl Searcher<'_> {
+    /// How many rows of partitions `ps` of `segment` pass `mask` (all rows without one): what
+    /// scoring them would add to a top that is not full. Read as a search reads them, but not
+    /// kept in the cache (they are another slice's).
+    #[allow(clippy::too_many_arguments)]
+    async fn count_rows(
+        &self,
+        segment: &IndexSegment,
+        footer: &Footer,
+        ps: &[usize],
+        model: &IvfModel,
+        plan: &ProbePlan,
+        view: &LedgerView,
+        ownership: &SegmentOwnership,
+        mask: Option<&RowMask<'_>>,
+    ) -> Result<u64> {
+        if ps.is_empty() {
+            return Ok(0);
+        }
+        let plan = ProbePlan {
+            groups: Vec::new(),
+            admit: false,
+            ..*plan
+        };
+        let probed = self
+            .read_probed(segment, footer, ps, model, &plan, view, ownership)
+            .await?;
+        let admitted = |addrs: &[u64]| match mask {
+            None => addrs.len() as u64,
+            Some(m) => addrs
+                .iter()
+                .filter(|a| m.verdict(**a) == Verdict::Keep)
+                .count() as u64,
+        };
+        Ok(probed
+            .iter()
+            .map(|p| match p {
+                Probed::Floats(part) => admitted(&part.addrs),
+                Probed::Sketch(sketch) => admitted(&sketch.addrs),
+            })
+            .sum())
+    }
+
     /// Partitions `ps` of `segment` as a search scores them: translated through the ledger
     /// when rewrites moved the segment's rows, else as stored: floats or sketches, as the
     /// cache keeps them ([`crate::index::cache::IndexCache::probe`]; floats kept per `plan`).

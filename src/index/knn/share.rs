@@ -19,6 +19,19 @@
 //!   rows exactly, the exact fallback when the index returns too few rows) are decided per
 //!   share over its own rows, which can only make a share's answer more exact.
 //!
+//! A *sliced* split ([`Slice`]) spreads one index over tasks when it has fewer segments than
+//! tasks (one segment after `OPTIMIZE INDEX ... MERGE`): every share names every segment and
+//! every fragment, and share `i` of `n` searches the partitions `p` with `p % n == i` of each
+//! segment, and scores by brute force the unowned rows at offsets `o % n == i`. Its rows for
+//! the exact paths (few masked rows scored exactly, the exact fallback) are the rows at
+//! offsets `o % n == i` ([`ShareRows::resolve`]). So that the shares of a sliced split never
+//! take different paths over the same rows, every decision the single-machine search makes
+//! from counts (score the mask exactly, probe further partitions, fall back to exact) is
+//! made by each sliced share from the whole table's counts, as the single machine makes it:
+//! the WHERE mask is evaluated over every fragment, and a share whose own slice is short
+//! counts the other slices' rows (see [`crate::index::knn`]). A sliced split's merged
+//! answer is therefore the single-machine answer, whatever the path.
+//!
 //! Resolution is pure: ownerships are computed by the caller (through the index cache).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -37,11 +50,44 @@ pub struct KnnShare {
     /// Fragments (ids) whose rows no segment owns are scored here by brute force (all their
     /// rows when the search uses no index).
     pub fragments: BTreeSet<u64>,
+    /// Set in a sliced split: the part of every segment and fragment this share answers for.
+    pub slice: Option<Slice>,
 }
 
 impl KnnShare {
     pub fn is_empty(&self) -> bool {
         self.segments.is_empty() && self.fragments.is_empty()
+    }
+}
+
+/// Share `index` of a sliced split into `of` shares: partitions `p % of == index` of every
+/// segment, rows at offsets `o % of == index` for brute force and the exact paths.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Slice {
+    pub index: u32,
+    pub of: u32,
+}
+
+impl Slice {
+    /// `None` unless `index < of`.
+    pub fn new(index: u32, of: u32) -> Option<Self> {
+        (index < of).then_some(Self { index, of })
+    }
+
+    /// Whether IVF partition `p` is searched by this slice.
+    pub fn has_partition(&self, p: usize) -> bool {
+        p % self.of as usize == self.index as usize
+    }
+
+    /// Whether the row at fragment offset `offset` is this slice's (brute force, exact paths).
+    pub fn has_offset(&self, offset: u64) -> bool {
+        offset % u64::from(self.of) == u64::from(self.index)
+    }
+
+    /// The offsets below `physical_rows` that are this slice's.
+    fn offsets(&self, physical_rows: u64) -> RoaringBitmap {
+        let end = u32::try_from(physical_rows).unwrap_or(u32::MAX);
+        (self.index..end).step_by(self.of as usize).collect()
     }
 }
 
@@ -60,6 +106,15 @@ impl ShareRows {
         owners: Option<&BTreeMap<u64, SegmentOwnership>>,
     ) -> Self {
         let mut rows: BTreeMap<u64, Coverage> = BTreeMap::new();
+        if let Some(slice) = share.slice {
+            for f in fragments.iter().filter(|f| share.fragments.contains(&f.id)) {
+                let mine = slice.offsets(f.physical_rows);
+                if !mine.is_empty() {
+                    rows.insert(f.id, Coverage::Rows(mine));
+                }
+            }
+            return Self { rows };
+        }
         let Some(owners) = owners else {
             for f in fragments.iter().filter(|f| share.fragments.contains(&f.id)) {
                 rows.insert(f.id, Coverage::Whole);
@@ -282,6 +337,7 @@ mod tests {
             let share = KnnShare {
                 segments: BTreeSet::new(),
                 fragments: fragments.iter().filter(|f| mine[f.id as usize]).map(|f| f.id).collect(),
+                slice: None,
             };
             let rows = ShareRows::resolve(&share, &fragments, None);
             for f in &fragments {
@@ -305,10 +361,12 @@ mod tests {
         let by_segment = KnnShare {
             segments: [7].into(),
             fragments: BTreeSet::new(),
+            slice: None,
         };
         let by_fragment = KnnShare {
             segments: BTreeSet::new(),
             fragments: [0].into(),
+            slice: None,
         };
         let a = ShareRows::resolve(&by_segment, &fragments, Some(&owned));
         let b = ShareRows::resolve(&by_fragment, &fragments, Some(&owned));
