@@ -19,8 +19,8 @@ use async_trait::async_trait;
 use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{Result, config_err, extensions_options};
 use datafusion::config::ConfigExtension;
-use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::context::QueryPlanner;
+use datafusion::execution::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::{ExplainFormat, LogicalPlan, PlanType, StringifiedPlan};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::explain::ExplainExec;
@@ -28,16 +28,15 @@ use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_distributed::{
     DistributedExec, DistributedExt, SessionStateBuilderExt, WorkerResolver, display_plan_ascii,
-    get_distributed_worker_resolver,
 };
 use url::Url;
 
 use super::codec::FragvecCodec;
 use super::databases::Databases;
 use super::error::DistributedError;
-use super::on_workers::OnWorkersExec;
-use super::sorts::merge_sorts_over_fragvec;
+use super::on_workers::{OnWorkersExec, Replan};
 use super::routing;
+use super::sorts::merge_sorts_over_fragvec;
 use super::tasks;
 use crate::engine::FragvecSession;
 use crate::engine::options::FragvecOptions;
@@ -66,19 +65,25 @@ impl FragvecSession {
     pub async fn with_workers(location: &str, workers: &[String]) -> Result<Self> {
         let location = absolute_location(location)?;
         let urls = worker_urls(workers)?;
+        let health = Arc::new(WorkerHealth::new(urls.clone()));
         let db = Database::open(&location).await?;
         let databases = Arc::new(Databases::new(None));
         databases.serve(
             db.clone(),
             Arc::new(IndexCache::new(FragvecOptions::default().index_cache_bytes)),
         );
+        // A plan is cut into stages at its repartitions, and DataFusion plans none for one
+        // partition (a one-core coordinator would plan a whole-table aggregate `Single`, and
+        // nothing would leave it): at least one partition per worker.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let config = SessionConfig::new()
+            .with_target_partitions(cores.max(urls.len()))
             .with_information_schema(true)
             .with_distributed_option_extension(FragvecOptions::default())
             .with_distributed_option_extension(CoordinatorDatabase {
                 location: escape_header(&location),
             })
-            .with_distributed_worker_resolver(WorkerUrls(urls))
+            .with_distributed_worker_resolver(WorkerUrls(health.clone()))
             .with_distributed_user_codec(FragvecCodec::new(databases))
             .with_distributed_desired_task_count_handler(tasks::desired_task_count)
             .with_distributed_scale_up_leaf_node_handler(tasks::scale_up_leaf)
@@ -94,7 +99,10 @@ impl FragvecSession {
             .take()
             .expect("with_distributed_planner sets a query planner");
         let state = builder
-            .with_query_planner(Arc::new(SplitPlanner { distributed }))
+            .with_query_planner(Arc::new(SplitPlanner {
+                distributed,
+                health,
+            }))
             .build();
         // The session reads the database the codec serves (the codec finds a table's
         // location by its store).
@@ -102,14 +110,121 @@ impl FragvecSession {
     }
 }
 
-/// The fixed list of workers a coordinator was given.
+/// The workers a coordinator was given, less those found unreachable and not yet back
+/// (see [`super::on_workers`]): plans and task placement use the rest.
 #[derive(Debug, Clone)]
-pub struct WorkerUrls(pub Vec<Url>);
+pub struct WorkerUrls(pub Arc<WorkerHealth>);
 
 impl WorkerResolver for WorkerUrls {
     fn get_urls(&self) -> Result<Vec<Url>> {
-        Ok(self.0.clone())
+        Ok(self.0.up())
     }
+}
+
+/// How often a worker found unreachable is tried again (a connection); once it answers it
+/// is used again.
+pub const RETRY_DOWN_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long a connection to a worker may take before it counts as unreachable.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The coordinator's workers and which of them are down.
+#[derive(Debug)]
+pub struct WorkerHealth {
+    all: Vec<Url>,
+    down: std::sync::Mutex<std::collections::HashSet<Url>>,
+}
+
+impl WorkerHealth {
+    pub fn new(all: Vec<Url>) -> Self {
+        Self {
+            all,
+            down: Default::default(),
+        }
+    }
+
+    /// The workers not down (all of them when every one is: better to try than to refuse).
+    pub fn up(&self) -> Vec<Url> {
+        let down = self.down.lock().expect("worker health lock");
+        let up: Vec<Url> = self
+            .all
+            .iter()
+            .filter(|u| !down.contains(*u))
+            .cloned()
+            .collect();
+        if up.is_empty() { self.all.clone() } else { up }
+    }
+
+    /// Connects to each worker now in use (concurrently) and marks those that do not
+    /// answer down; returns them. Each is tried again every [`RETRY_DOWN_EVERY`] until it
+    /// answers (then it is up again) or this health is dropped.
+    pub async fn mark_unreachable(self: &Arc<Self>) -> Vec<Url> {
+        let mut dead = self.unreachable().await;
+        if dead.is_empty() {
+            // A killed process's connections can fail before its listening socket is gone:
+            // once more, a moment later.
+            tokio::time::sleep(SETTLE).await;
+            dead = self.unreachable().await;
+        }
+        for url in &dead {
+            if !self
+                .down
+                .lock()
+                .expect("worker health lock")
+                .insert(url.clone())
+            {
+                continue; // already watched
+            }
+            let health = Arc::downgrade(self);
+            let url = url.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(RETRY_DOWN_EVERY).await;
+                    if health.upgrade().is_none() {
+                        return;
+                    }
+                    if reachable(&url).await {
+                        if let Some(health) = health.upgrade() {
+                            health.down.lock().expect("worker health lock").remove(&url);
+                        }
+                        return;
+                    }
+                }
+            });
+        }
+        dead
+    }
+}
+
+impl WorkerHealth {
+    /// The workers now in use that a connection does not reach.
+    async fn unreachable(&self) -> Vec<Url> {
+        let probes = self
+            .up()
+            .into_iter()
+            .map(|url| async move { (!reachable(&url).await).then_some(url) });
+        futures::future::join_all(probes)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+}
+
+/// How long after a failure the workers are probed a second time when the first probe
+/// reached them all.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// Whether a TCP connection to `url`'s host and port opens within [`CONNECT_TIMEOUT`].
+async fn reachable(url: &Url) -> bool {
+    let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
+        return false;
+    };
+    let connect = tokio::net::TcpStream::connect(format!("{host}:{port}"));
+    matches!(
+        tokio::time::timeout(CONNECT_TIMEOUT, connect).await,
+        Ok(Ok(_))
+    )
 }
 
 /// Parses worker URLs (`http://host:port`).
@@ -152,6 +267,7 @@ pub fn absolute_location(location: &str) -> Result<String> {
 #[derive(Debug)]
 struct SplitPlanner {
     distributed: Arc<dyn QueryPlanner + Send + Sync>,
+    health: Arc<WorkerHealth>,
 }
 
 #[async_trait]
@@ -201,16 +317,27 @@ impl QueryPlanner for SplitPlanner {
             }
             return Ok(shown);
         }
+        let plan_logical = plan;
         let plan = self.distributed.create_physical_plan(plan, session).await?;
         if !plan.is::<DistributedExec>() {
             return Ok(plan);
         }
-        let workers: Vec<String> = get_distributed_worker_resolver(session.config())?
-            .get_urls()?
-            .iter()
-            .map(|u| u.as_str().trim_end_matches('/').to_string())
-            .collect();
-        Ok(Arc::new(OnWorkersExec::new(plan, workers.join(", "))))
+        // A query run again after a worker died is planned again: a new query id (the
+        // workers that ran the first attempt may still hold its tasks) and tasks for the
+        // workers left.
+        let replan = session
+            .as_any()
+            .downcast_ref::<SessionState>()
+            .map(|state| Replan {
+                planner: self.distributed.clone(),
+                logical: plan_logical.clone(),
+                state: state.clone(),
+            });
+        Ok(Arc::new(OnWorkersExec::new(
+            plan,
+            self.health.clone(),
+            replan.map(Arc::new),
+        )))
     }
 }
 
@@ -295,6 +422,33 @@ mod tests {
         assert_eq!(escape_header("/tmp/my db/100%"), "/tmp/my%20db/100%25");
         assert_eq!(unescape_header("%2"), None);
         assert_eq!(unescape_header("%zz"), None);
+    }
+
+    #[tokio::test]
+    async fn unreachable_workers_are_left_out_until_they_answer_again() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let alive = Url::parse(&format!("http://{}", listener.local_addr().unwrap())).unwrap();
+        // A port just freed: nothing listens there.
+        let closed_addr = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let closed = Url::parse(&format!("http://{closed_addr}")).unwrap();
+        let health = Arc::new(WorkerHealth::new(vec![alive.clone(), closed.clone()]));
+        assert_eq!(health.up().len(), 2);
+        assert_eq!(health.mark_unreachable().await, vec![closed.clone()]);
+        assert_eq!(health.up(), vec![alive.clone()]);
+        tokio::time::sleep(RETRY_DOWN_EVERY * 2).await;
+        assert_eq!(health.up(), vec![alive.clone()], "still down: not back");
+        // It comes back: used again within a retry.
+        let _back = tokio::net::TcpListener::bind(closed_addr).await.unwrap();
+        tokio::time::sleep(RETRY_DOWN_EVERY * 3).await;
+        assert_eq!(health.up(), vec![alive.clone(), closed.clone()]);
+        // Every worker down: all are tried rather than none.
+        drop(listener);
+        drop(_back);
+        assert_eq!(health.mark_unreachable().await.len(), 2);
+        assert_eq!(health.up().len(), 2);
     }
 
     #[test]

@@ -1,39 +1,85 @@
-//! `OnWorkersExec`: the root of a query that runs on workers; names them in its errors.
+//! `OnWorkersExec`: the root of a query that runs on workers: retries it once when a worker
+//! cannot be reached, and names the workers in its errors.
 //!
 //! A worker that dies mid-query surfaces as a transport error ("h2 protocol error: ...
-//! broken pipe"); wrapped, the message says it was a query on workers and which ones. One
-//! input, passed through unchanged (same partitions, order and batches).
+//! broken pipe"). When that happens before the query has returned any row, the coordinator
+//! connects to each worker, marks those that do not answer down (left out of new queries
+//! until a connection to them opens again, tried every
+//! [`RETRY_DOWN_EVERY`](super::coordinator::RETRY_DOWN_EVERY)), and runs the query once more: datafusion-
+//! distributed places its tasks again, over the workers left (each task's share moves, the
+//! split is unchanged). If no worker was found down, or the second run fails too, or rows
+//! had already been returned, the query fails with a message that says it was a query on
+//! workers, which ones were found unreachable, and the transport error. One input, passed
+//! through unchanged (same partitions, order and batches).
 
 use std::fmt;
 use std::sync::Arc;
 
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DataFusionError, Result, internal_datafusion_err};
-use datafusion::execution::TaskContext;
+use datafusion::execution::context::QueryPlanner;
+use datafusion::execution::{SessionState, TaskContext};
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, ReplaceChildrenOptions,
     SendableRecordBatchStream,
 };
 use futures::StreamExt;
 
+use super::coordinator::WorkerHealth;
+
 #[derive(Debug)]
 pub struct OnWorkersExec {
     input: Arc<dyn ExecutionPlan>,
-    /// The workers, for error messages.
-    workers: String,
+    health: Arc<WorkerHealth>,
+    /// How to plan the query again for a second run (`None`: the same plan is run again).
+    replan: Option<Arc<Replan>>,
+}
+
+/// What planning a query again takes: the distributed planner, the logical plan and the
+/// session state it was planned in.
+pub struct Replan {
+    pub planner: Arc<dyn QueryPlanner + Send + Sync>,
+    pub logical: LogicalPlan,
+    pub state: SessionState,
+}
+
+impl fmt::Debug for Replan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Replan").finish_non_exhaustive()
+    }
 }
 
 impl OnWorkersExec {
-    pub fn new(input: Arc<dyn ExecutionPlan>, workers: String) -> Self {
-        Self { input, workers }
+    pub fn new(
+        input: Arc<dyn ExecutionPlan>,
+        health: Arc<WorkerHealth>,
+        replan: Option<Arc<Replan>>,
+    ) -> Self {
+        Self {
+            input,
+            health,
+            replan,
+        }
     }
+
+    fn workers(&self) -> String {
+        names(&self.health.up())
+    }
+}
+
+fn names(urls: &[url::Url]) -> String {
+    urls.iter()
+        .map(|u| u.as_str().trim_end_matches('/'))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl DisplayAs for OnWorkersExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "OnWorkersExec: workers=[{}]", self.workers)
+        write!(f, "OnWorkersExec: workers=[{}]", self.workers())
     }
 }
 
@@ -65,7 +111,11 @@ impl ExecutionPlan for OnWorkersExec {
         let input = children
             .pop()
             .ok_or_else(|| internal_datafusion_err!("OnWorkersExec needs one child"))?;
-        Ok(Arc::new(Self::new(input, self.workers.clone())))
+        Ok(Arc::new(Self::new(
+            input,
+            self.health.clone(),
+            self.replan.clone(),
+        )))
     }
 
     fn with_new_children(
@@ -85,25 +135,84 @@ impl ExecutionPlan for OnWorkersExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let context_of = |e| {
-            DataFusionError::Context(
-                format!("a query on workers {} failed", self.workers),
-                Box::new(e),
-            )
-        };
-        let stream = self.input.execute(partition, context).map_err(context_of)?;
-        let workers = self.workers.clone();
-        let mapped = stream.map(move |batch| {
-            batch.map_err(|e| {
-                DataFusionError::Context(
-                    format!("a query on workers {workers} failed"),
-                    Box::new(e),
-                )
-            })
+        let mut input = self.input.clone();
+        let health = self.health.clone();
+        let replan = self.replan.clone();
+        let mut builder = RecordBatchReceiverStreamBuilder::new(self.input.schema(), 1);
+        let tx = builder.tx();
+        builder.spawn(async move {
+            // Workers found unreachable before the query was run again.
+            let mut retried: Option<Vec<url::Url>> = None;
+            loop {
+                let workers = names(&health.up());
+                let failed = |e: DataFusionError, dead: &[url::Url], again: bool| {
+                    let found = match (dead.is_empty(), again) {
+                        (true, _) => String::new(),
+                        (false, true) => {
+                            format!(" (run again after {} could not be reached)", names(dead))
+                        }
+                        (false, false) => format!(" ({} could not be reached)", names(dead)),
+                    };
+                    DataFusionError::Context(
+                        format!("a query on workers {workers} failed{found}"),
+                        Box::new(e),
+                    )
+                };
+                let mut stream = match input.execute(partition, context.clone()) {
+                    Ok(stream) => stream,
+                    Err(e) => {
+                        let dead = retried.clone().unwrap_or_default();
+                        let _ = tx.send(Err(failed(e, &dead, retried.is_some()))).await;
+                        return Ok(());
+                    }
+                };
+                let mut returned_rows = false;
+                let mut error = None;
+                while let Some(batch) = stream.next().await {
+                    match batch {
+                        Ok(batch) => {
+                            returned_rows |= batch.num_rows() > 0;
+                            if tx.send(Ok(batch)).await.is_err() {
+                                return Ok(()); // the consumer is gone
+                            }
+                        }
+                        Err(e) => {
+                            error = Some(e);
+                            break;
+                        }
+                    }
+                }
+                let Some(e) = error else {
+                    return Ok(());
+                };
+                drop(stream);
+                if retried.is_none() && !returned_rows {
+                    let dead = health.mark_unreachable().await;
+                    if !dead.is_empty() && dead.len() < workers.split(", ").count() {
+                        if let Some(replan) = &replan {
+                            match replan
+                                .planner
+                                .create_physical_plan(&replan.logical, &replan.state)
+                                .await
+                            {
+                                Ok(plan) => input = plan,
+                                Err(e) => {
+                                    let _ = tx.send(Err(failed(e, &dead, true))).await;
+                                    return Ok(());
+                                }
+                            }
+                        }
+                        retried = Some(dead);
+                        continue;
+                    }
+                    let _ = tx.send(Err(failed(e, &dead, false))).await;
+                    return Ok(());
+                }
+                let dead = retried.clone().unwrap_or_default();
+                let _ = tx.send(Err(failed(e, &dead, retried.is_some()))).await;
+                return Ok(());
+            }
         });
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
-            self.input.schema(),
-            mapped,
-        )))
+        Ok(builder.build())
     }
 }

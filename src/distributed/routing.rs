@@ -172,7 +172,9 @@ mod tests {
     use proptest::prelude::*;
 
     fn workers(n: usize) -> Vec<String> {
-        (0..n).map(|i| format!("http://127.0.0.1:{}/", 9000 + i)).collect()
+        (0..n)
+            .map(|i| format!("http://127.0.0.1:{}/", 9000 + i))
+            .collect()
     }
 
     proptest! {

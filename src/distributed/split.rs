@@ -392,9 +392,16 @@ mod tests {
         let pq = def(IndexKind::IvfPq { num_sub_vectors: 4 });
         let shares = knn_shares(&m, Some(&pq), 2);
         assert!(shares.iter().all(|s| s.slice.is_none()));
-        assert_eq!(shares.iter().filter(|s| s.segments.contains(&10)).count(), 1);
+        assert_eq!(
+            shares.iter().filter(|s| s.segments.contains(&10)).count(),
+            1
+        );
         // One task: never sliced.
-        assert!(knn_shares(&m, Some(&def(IndexKind::IvfFlat)), 1)[0].slice.is_none());
+        assert!(
+            knn_shares(&m, Some(&def(IndexKind::IvfFlat)), 1)[0]
+                .slice
+                .is_none()
+        );
     }
 
     #[test]

@@ -451,9 +451,13 @@ async fn sliced_shares_merge_to_the_single_search_answer() {
     .await
     .unwrap();
     let mut checked = 0;
-    for (q, nprobes) in ["[0.5, 0.1, -0.2, 0.9]", "[-0.7, 0.4, 0.3, -0.1]", "[0.0, -1.0, 0.5, 0.5]"]
-        .into_iter()
-        .flat_map(|q| [1, 2, 5, 12].map(|n| (q, n)))
+    for (q, nprobes) in [
+        "[0.5, 0.1, -0.2, 0.9]",
+        "[-0.7, 0.4, 0.3, -0.1]",
+        "[0.0, -1.0, 0.5, 0.5]",
+    ]
+    .into_iter()
+    .flat_map(|q| [1, 2, 5, 12].map(|n| (q, n)))
     {
         s.sql_one(&format!("SET fragvec.nprobes = {nprobes}"))
             .await
@@ -474,7 +478,12 @@ async fn sliced_shares_merge_to_the_single_search_answer() {
                 let expected = sorted(run(&s, plan.clone()).await);
                 for of in [2u32, 3] {
                     let knn = find::<KnnExec>(&plan);
-                    let manifest = &knn.downcast_ref::<KnnExec>().unwrap().scan_spec().snapshot.manifest;
+                    let manifest = &knn
+                        .downcast_ref::<KnnExec>()
+                        .unwrap()
+                        .scan_spec()
+                        .snapshot
+                        .manifest;
                     assert_eq!(manifest.index_segments.len(), 1);
                     let shares = (0..of)
                         .map(|i| KnnShare {
@@ -537,7 +546,10 @@ async fn each_worker_caches_its_own_slice_from_query_to_query() {
         .map(|w| w.cache_bytes().iter().map(|(_, b)| b).sum())
         .collect();
     let one_node = single.index_cache().bytes_held();
-    assert!(held.iter().all(|b| *b > one_node / 4), "{held:?} vs {one_node}");
+    assert!(
+        held.iter().all(|b| *b > one_node / 4),
+        "{held:?} vs {one_node}"
+    );
     assert!(
         held.iter().sum::<usize>() < one_node * 13 / 10,
         "{held:?} vs {one_node}"

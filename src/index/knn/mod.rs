@@ -290,7 +290,11 @@ async fn search_in(
     let mut answer = if undefined.len() < req.k {
         let rest = Searcher {
             req: KnnRequest {
-                k: if sliced { req.k } else { req.k - undefined.len() },
+                k: if sliced {
+                    req.k
+                } else {
+                    req.k - undefined.len()
+                },
                 ..searcher.req
             },
             ..searcher

@@ -274,7 +274,16 @@ impl Searcher<'_> {
                         .collect();
                     top.len() as u64
                         + self
-                            .count_rows(segment, &footer, &others, &model, plan, &view, ownership, mask.as_ref())
+                            .count_rows(
+                                segment,
+                                &footer,
+                                &others,
+                                &model,
+                                plan,
+                                &view,
+                                ownership,
+                                mask.as_ref(),
+                            )
                             .await?
                 }
                 _ => top.len() as u64,
@@ -286,7 +295,16 @@ impl Searcher<'_> {
                 }
                 if slice.is_some_and(|sl| !sl.has_partition(p)) {
                     found += self
-                        .count_rows(segment, &footer, &[p], &model, plan, &view, ownership, mask.as_ref())
+                        .count_rows(
+                            segment,
+                            &footer,
+                            &[p],
+                            &model,
+                            plan,
+                            &view,
+                            ownership,
+                            mask.as_ref(),
+                        )
                         .await?;
                     continue;
                 }
