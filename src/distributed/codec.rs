@@ -304,15 +304,23 @@ impl Decoder<'_> {
         let bad =
             |what: String| -> DataFusionError { DistributedError::bad_node(node, what).into() };
         let served = self.databases.get(&proto.database)?;
-        let manifest = Manifest::decode(&proto.manifest, "<plan>", &proto.table)?;
-        if manifest.version != proto.version {
-            return Err(bad(format!(
-                "the manifest is version {}, the node pins {}",
-                manifest.version, proto.version
-            )));
-        }
-        let dir = served.database.table(&proto.table)?;
-        let snapshot = Snapshot::new(Arc::new(dir), Arc::new(manifest))?;
+        let snapshot = self.databases.decoded_snapshot(
+            &proto.database,
+            &proto.table,
+            proto.version,
+            &proto.manifest,
+            || {
+                let manifest = Manifest::decode(&proto.manifest, "<plan>", &proto.table)?;
+                if manifest.version != proto.version {
+                    return Err(bad(format!(
+                        "the manifest is version {}, the node pins {}",
+                        manifest.version, proto.version
+                    )));
+                }
+                let dir = served.database.table(&proto.table)?;
+                Ok(Snapshot::new(Arc::new(dir), Arc::new(manifest))?)
+            },
+        )?;
         let read_schema = schema_of(proto.read_schema.as_ref(), "read schema").map_err(bad)?;
         let work_schema = schema_of(proto.work_schema.as_ref(), "work schema").map_err(bad)?;
         for field in read_schema.fields() {

@@ -13,7 +13,7 @@ use datafusion::common::Result;
 
 use super::error::DistributedError;
 use crate::engine::options::FragvecOptions;
-use crate::format::{Database, TableDir};
+use crate::format::{Database, Snapshot, TableDir};
 use crate::index::cache::IndexCache;
 
 /// An open database and its index cache.
@@ -29,7 +29,13 @@ pub struct Databases {
     /// When set, the only location served.
     only: Option<String>,
     open: Mutex<HashMap<String, Served>>,
+    /// Snapshots decoded from plan nodes, by database, table and version, with the manifest
+    /// bytes they were decoded from (see [`Databases::decoded_snapshot`]).
+    snapshots: Mutex<HashMap<(String, String, u64), (Vec<u8>, Snapshot)>>,
 }
+
+/// Decoded snapshots a process keeps (all are dropped when more would be kept).
+const MAX_SNAPSHOTS: usize = 64;
 
 impl Databases {
     /// Serves any database a query names (`only: None`) or only the one at `only`.
@@ -37,7 +43,35 @@ impl Databases {
         Self {
             only,
             open: Mutex::default(),
+            snapshots: Mutex::default(),
         }
+    }
+
+    /// The snapshot of `table` at `version` in the database at `location` that `manifest`
+    /// (a plan node's bytes) describes: decoded by `decode` the first time, then reused for
+    /// nodes carrying the same bytes. A worker decodes the same manifest for every task of
+    /// every query over a version (JSON, then checks): this keeps that to once.
+    pub fn decoded_snapshot(
+        &self,
+        location: &str,
+        table: &str,
+        version: u64,
+        manifest: &[u8],
+        decode: impl FnOnce() -> Result<Snapshot>,
+    ) -> Result<Snapshot> {
+        let key = (location.to_string(), table.to_string(), version);
+        if let Some((bytes, snapshot)) = self.snapshots.lock().expect("snapshots lock").get(&key)
+            && bytes.as_slice() == manifest
+        {
+            return Ok(snapshot.clone());
+        }
+        let snapshot = decode()?;
+        let mut kept = self.snapshots.lock().expect("snapshots lock");
+        if kept.len() >= MAX_SNAPSHOTS {
+            kept.clear();
+        }
+        kept.insert(key, (manifest.to_vec(), snapshot.clone()));
+        Ok(snapshot)
     }
 
     /// Serves an already open database (a coordinator's own) under its location.

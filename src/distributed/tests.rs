@@ -555,3 +555,36 @@ async fn each_worker_caches_its_own_slice_from_query_to_query() {
         "{held:?} vs {one_node}"
     );
 }
+
+/// A worker decodes a version's manifest once: the same bytes give the same snapshot
+/// without decoding, other bytes for the same version are decoded (and checked) anew.
+#[tokio::test]
+async fn decoded_snapshots_are_reused_only_for_the_same_bytes() {
+    let s = populated("memory://dist-snapshots").await;
+    let plan = physical(&s, "SELECT id FROM t WHERE g = 1").await;
+    let scan = find::<FragmentScanExec>(&plan);
+    let snapshot = scan
+        .downcast_ref::<FragmentScanExec>()
+        .unwrap()
+        .spec()
+        .snapshot
+        .clone();
+    let databases = Databases::new(None);
+    let decodes = std::sync::atomic::AtomicUsize::new(0);
+    let decode = || {
+        decodes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(snapshot.clone())
+    };
+    for bytes in [&b"one"[..], b"one", b"two", b"two", b"one"] {
+        let got = databases
+            .decoded_snapshot("memory://x", "t", 7, bytes, decode)
+            .unwrap();
+        assert!(Arc::ptr_eq(&got.manifest, &snapshot.manifest));
+    }
+    assert_eq!(decodes.load(std::sync::atomic::Ordering::Relaxed), 3);
+    // A failed decode is not kept.
+    let failed = databases.decoded_snapshot("memory://x", "t", 8, b"bad", || {
+        Err(datafusion::error::DataFusionError::Plan("damaged".into()))
+    });
+    assert!(failed.is_err());
+}

@@ -49,15 +49,19 @@ pub const FALLBACK_BUDGET_BYTES: usize = 256 * 1024 * 1024;
 
 /// The default `fragvec.index_cache_bytes`: a quarter of the memory this process may use
 /// (physical memory, or the cgroup's limit when lower), at least
-/// [`FALLBACK_BUDGET_BYTES`]; that fallback when neither can be read (not Linux).
+/// [`FALLBACK_BUDGET_BYTES`]; that fallback when neither can be read (not Linux). Read once
+/// per process: every session's default options (a worker builds one per task) ask for it.
 pub fn default_budget_bytes() -> usize {
-    let read = |path: &str| std::fs::read_to_string(path).ok();
-    budget_from(
-        read("/proc/meminfo").as_deref(),
-        read("/sys/fs/cgroup/memory.max")
-            .or_else(|| read("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
-            .as_deref(),
-    )
+    static BUDGET: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BUDGET.get_or_init(|| {
+        let read = |path: &str| std::fs::read_to_string(path).ok();
+        budget_from(
+            read("/proc/meminfo").as_deref(),
+            read("/sys/fs/cgroup/memory.max")
+                .or_else(|| read("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+                .as_deref(),
+        )
+    })
 }
 
 /// [`default_budget_bytes`] from the text of `/proc/meminfo` and of the cgroup's limit file.
