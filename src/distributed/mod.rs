@@ -13,7 +13,8 @@
 //!   query to the next, so workers cache disjoint shares).
 //! * [`sorts`]: sorts over a fragvec leaf (KNN's top-k) become per-task sorts merged on
 //!   the coordinator.
-//! * [`on_workers`]: the root of a query on workers, naming them in its errors.
+//! * [`on_workers`]: the root of a query on workers: runs it again when a worker is lost,
+//!   names the workers in its errors; [`health`]: which workers are up.
 //! * [`databases`]: the databases a process serves, each with one index cache.
 //!
 //! Row order: a query whose plan is split returns its rows in no particular order without
@@ -24,6 +25,7 @@ pub mod codec;
 pub mod coordinator;
 pub mod databases;
 pub mod error;
+pub mod health;
 pub mod on_workers;
 pub mod routing;
 pub mod sorts;

@@ -5,7 +5,7 @@
 //! broken pipe"). When that happens before the query has returned any row, the coordinator
 //! connects to each worker, marks those that do not answer down (left out of new queries
 //! until a connection to them opens again, tried every
-//! [`RETRY_DOWN_EVERY`](super::coordinator::RETRY_DOWN_EVERY)), and runs the query once more: datafusion-
+//! [`RETRY_DOWN_EVERY`](super::health::RETRY_DOWN_EVERY)), and runs the query once more: datafusion-
 //! distributed places its tasks again, over the workers left (each task's share moves, the
 //! split is unchanged). If no worker was found down, or the second run fails too, or rows
 //! had already been returned, the query fails with a message that says it was a query on
@@ -28,7 +28,7 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
-use super::coordinator::WorkerHealth;
+use super::health::WorkerHealth;
 
 #[derive(Debug)]
 pub struct OnWorkersExec {

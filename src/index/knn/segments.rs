@@ -166,12 +166,16 @@ impl Searcher<'_> {
                 let plan = &plans[&segment.id];
                 let ps = plan.groups.first().map_or(&[][..], |g| &mine[g.clone()]);
                 let ownership = &owners[&segment.id];
-                let view = &view;
-                let model: &IvfModel = &model;
+                let probe = SegmentProbe {
+                    segment,
+                    footer,
+                    model: &model,
+                    plan,
+                    view: &view,
+                    ownership,
+                };
                 async move {
-                    let parts = self
-                        .read_probed(segment, footer, ps, model, plan, view, ownership)
-                        .await?;
+                    let parts = self.read_probed(&probe, ps).await?;
                     Ok::<_, IndexError>((segment.id, parts))
                 }
             }))
@@ -202,6 +206,14 @@ impl Searcher<'_> {
                 allowed: mask_rows,
             });
             let footer = footers.remove(&segment.id).expect("read above");
+            let probe = SegmentProbe {
+                segment,
+                footer: &footer,
+                model: &model,
+                plan,
+                view: &view,
+                ownership,
+            };
             let score = |part: &Partition, top: &mut TopK, stats: &mut SearchStats| match (
                 &table, pq_width,
             ) {
@@ -226,10 +238,7 @@ impl Searcher<'_> {
                 let ps = &mine[group.clone()];
                 let probed = match prefetched.remove(&segment.id).filter(|_| g == 0) {
                     Some(probed) => probed,
-                    None => {
-                        self.read_probed(segment, &footer, ps, &model, plan, &view, ownership)
-                            .await?
-                    }
+                    None => self.read_probed(&probe, ps).await?,
                 };
                 let parts = self
                     .resolve(
@@ -272,19 +281,7 @@ impl Searcher<'_> {
                         .copied()
                         .filter(|p| !slice.has_partition(*p))
                         .collect();
-                    top.len() as u64
-                        + self
-                            .count_rows(
-                                segment,
-                                &footer,
-                                &others,
-                                &model,
-                                plan,
-                                &view,
-                                ownership,
-                                mask.as_ref(),
-                            )
-                            .await?
+                    top.len() as u64 + self.count_rows(&probe, &others, mask.as_ref()).await?
                 }
                 _ => top.len() as u64,
             };
@@ -294,24 +291,11 @@ impl Searcher<'_> {
                     break;
                 }
                 if slice.is_some_and(|sl| !sl.has_partition(p)) {
-                    found += self
-                        .count_rows(
-                            segment,
-                            &footer,
-                            &[p],
-                            &model,
-                            plan,
-                            &view,
-                            ownership,
-                            mask.as_ref(),
-                        )
-                        .await?;
+                    found += self.count_rows(&probe, &[p], mask.as_ref()).await?;
                     continue;
                 }
                 let before = top.len();
-                let probed = self
-                    .read_probed(segment, &footer, &[p], &model, plan, &view, ownership)
-                    .await?;
+                let probed = self.read_probed(&probe, &[p]).await?;
                 let part = self
                     .resolve(
                         segment,
@@ -452,6 +436,18 @@ fn probe_group_bytes(budget: usize) -> u64 {
     (budget as u64 / 4).clamp(64 << 10, 64 << 20)
 }
 
+/// What reading one segment's partitions takes: the segment, its footer, the model, how its
+/// probes are read, the ledger view and the segment's ownership.
+#[derive(Clone, Copy)]
+struct SegmentProbe<'a> {
+    segment: &'a IndexSegment,
+    footer: &'a Footer,
+    model: &'a IvfModel,
+    plan: &'a ProbePlan,
+    view: &'a LedgerView,
+    ownership: &'a SegmentOwnership,
+}
+
 /// How one segment's probes are read: in which groups, through the ledger or not, and
 /// whether the partitions read are kept in the cache.
 struct ProbePlan {
@@ -492,16 +488,10 @@ impl Searcher<'_> {
     /// How many rows of partitions `ps` of `segment` pass `mask` (all rows without one): what
     /// scoring them would add to a top that is not full. Read as a search reads them, but not
     /// kept in the cache (they are another slice's).
-    #[allow(clippy::too_many_arguments)]
     async fn count_rows(
         &self,
-        segment: &IndexSegment,
-        footer: &Footer,
+        probe: &SegmentProbe<'_>,
         ps: &[usize],
-        model: &IvfModel,
-        plan: &ProbePlan,
-        view: &LedgerView,
-        ownership: &SegmentOwnership,
         mask: Option<&RowMask<'_>>,
     ) -> Result<u64> {
         if ps.is_empty() {
@@ -510,10 +500,16 @@ impl Searcher<'_> {
         let plan = ProbePlan {
             groups: Vec::new(),
             admit: false,
-            ..*plan
+            ..*probe.plan
         };
         let probed = self
-            .read_probed(segment, footer, ps, model, &plan, view, ownership)
+            .read_probed(
+                &SegmentProbe {
+                    plan: &plan,
+                    ..*probe
+                },
+                ps,
+            )
             .await?;
         let admitted = |addrs: &[u64]| match mask {
             None => addrs.len() as u64,
@@ -535,17 +531,15 @@ impl Searcher<'_> {
     /// when rewrites moved the segment's rows, else as stored: floats or sketches, as the
     /// cache keeps them ([`crate::index::cache::IndexCache::probe`]; floats kept per `plan`).
     /// IVF_SQ partitions are always sketches.
-    #[allow(clippy::too_many_arguments)]
-    async fn read_probed(
-        &self,
-        segment: &IndexSegment,
-        footer: &Footer,
-        ps: &[usize],
-        model: &IvfModel,
-        plan: &ProbePlan,
-        view: &LedgerView,
-        ownership: &SegmentOwnership,
-    ) -> Result<Vec<Probed>> {
+    async fn read_probed(&self, probe: &SegmentProbe<'_>, ps: &[usize]) -> Result<Vec<Probed>> {
+        let SegmentProbe {
+            segment,
+            footer,
+            model,
+            plan,
+            view,
+            ownership,
+        } = *probe;
         let dir = &self.req.snapshot.dir;
         let pq = model.coded();
         if let Some(grid) = &model.sq {
