@@ -31,8 +31,11 @@ pub struct Databases {
     open: Mutex<HashMap<String, Served>>,
     /// Snapshots decoded from plan nodes, by database, table and version, with the manifest
     /// bytes they were decoded from (see [`Databases::decoded_snapshot`]).
-    snapshots: Mutex<HashMap<(String, String, u64), (Vec<u8>, Snapshot)>>,
+    snapshots: Mutex<HashMap<SnapshotKey, (Vec<u8>, Snapshot)>>,
 }
+
+/// A decoded snapshot's database location, table and version.
+type SnapshotKey = (String, String, u64);
 
 /// Decoded snapshots a process keeps (all are dropped when more would be kept).
 const MAX_SNAPSHOTS: usize = 64;
