@@ -210,6 +210,17 @@ async fn queries_over_two_worker_processes_equal_single_node_answers(db: Locatio
     .await
     .unwrap();
     assert_same_answers(&dist, &single, "one segment, nprobes = 1").await;
+    // At nprobes 1 one slice has no probed partition of its own: it counts the other's rows.
+    let analyzed = text(
+        &dist,
+        &format!("EXPLAIN ANALYZE SELECT id FROM t ORDER BY l2_distance(emb, {Q}) LIMIT 10"),
+    )
+    .await;
+    assert!(
+        analyzed.contains("rows_counted_for_other_slices=")
+            && !analyzed.contains("rows_counted_for_other_slices=0,"),
+        "{analyzed}"
+    );
     let selective = [
         format!(
             "SELECT id FROM t WHERE id BETWEEN 300 AND 340 ORDER BY l2_distance(emb, {Q}) LIMIT 10"

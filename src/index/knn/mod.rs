@@ -94,6 +94,9 @@ pub struct KnnStats {
     pub exact_fallbacks: usize,
     /// Data fragments whose rows were read from Parquet (scoring or fetching rows).
     pub fragments_read: usize,
+    /// Rows of other slices' partitions a sliced share counted (not scored) to decide as
+    /// one machine would whether to probe further (see [`share`]).
+    pub counted_for_slices: usize,
     /// Whether the answer came from scoring the masked rows exactly.
     pub exact_mask: bool,
 }
@@ -121,6 +124,7 @@ pub(crate) struct Counters {
     pub unindexed_rows: AtomicUsize,
     pub exact_fallbacks: AtomicUsize,
     pub fragments_read: AtomicUsize,
+    pub counted_for_slices: AtomicUsize,
 }
 
 impl Counters {
@@ -141,6 +145,7 @@ impl Counters {
             unindexed_rows: get(&self.unindexed_rows),
             exact_fallbacks: get(&self.exact_fallbacks),
             fragments_read: get(&self.fragments_read),
+            counted_for_slices: get(&self.counted_for_slices),
             exact_mask: false,
         }
     }

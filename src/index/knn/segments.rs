@@ -511,6 +511,14 @@ impl Searcher<'_> {
                 ps,
             )
             .await?;
+        let counted: usize = probed
+            .iter()
+            .map(|p| match p {
+                Probed::Floats(part) => part.addrs.len(),
+                Probed::Sketch(sketch) => sketch.addrs.len(),
+            })
+            .sum();
+        Counters::add(&self.counters.counted_for_slices, counted);
         let admitted = |addrs: &[u64]| match mask {
             None => addrs.len() as u64,
             Some(m) => addrs
