@@ -81,9 +81,7 @@ impl WorkerHealth {
         }
         dead
     }
-}
 
-impl WorkerHealth {
     /// The workers now in use that a connection does not reach.
     async fn unreachable(&self) -> Vec<Url> {
         let probes = self

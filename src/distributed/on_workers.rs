@@ -144,7 +144,8 @@ impl ExecutionPlan for OnWorkersExec {
             // Workers found unreachable before the query was run again.
             let mut retried: Option<Vec<url::Url>> = None;
             loop {
-                let workers = names(&health.up());
+                let up = health.up();
+                let workers = names(&up);
                 let failed = |e: DataFusionError, dead: &[url::Url], again: bool| {
                     let found = match (dead.is_empty(), again) {
                         (true, _) => String::new(),
@@ -188,7 +189,7 @@ impl ExecutionPlan for OnWorkersExec {
                 drop(stream);
                 if retried.is_none() && !returned_rows {
                     let dead = health.mark_unreachable().await;
-                    if !dead.is_empty() && dead.len() < workers.split(", ").count() {
+                    if !dead.is_empty() && dead.len() < up.len() {
                         if let Some(replan) = &replan {
                             match replan
                                 .planner

@@ -178,8 +178,13 @@ pub(crate) struct Scope {
     pub segments: BTreeSet<u64>,
     pub fragments: BTreeSet<u64>,
     pub rows: ShareRows,
-    /// A sliced share: decides from the whole table's counts (see [`share`]).
-    pub slice: Option<Slice>,
+}
+
+impl Scope {
+    /// A sliced share's slice: it decides from the whole table's counts (see [`share`]).
+    pub fn slice(&self) -> Option<Slice> {
+        self.rows.slice()
+    }
 }
 
 /// Answers a KNN request (see the module docs for the contract).
@@ -246,7 +251,6 @@ async fn search_in(
             segments: share.segments.clone(),
             fragments: share.fragments.clone(),
             rows: resolve_share(req.snapshot, req.index, share, cache).await?,
-            slice: share.slice,
         }),
         None => None,
     };
@@ -254,7 +258,7 @@ async fn search_in(
     // exact-mask path, the exact fallback) sees exactly the share's qualifying rows. A
     // sliced share keeps the whole table's mask: it decides from the whole table's counts.
     let restricted = match (&scope, req.mask) {
-        (Some(scope), Some(mask)) if scope.slice.is_none() => Some(scope.rows.restrict(mask)),
+        (Some(scope), Some(mask)) if scope.slice().is_none() => Some(scope.rows.restrict(mask)),
         _ => None,
     };
     let req = KnnRequest {
@@ -329,7 +333,7 @@ impl Searcher<'_> {
     async fn run(self) -> Result<KnnAnswer> {
         let k = self.req.k;
         let all = &self.req.snapshot.manifest.fragments;
-        let sliced = self.scope.as_ref().is_some_and(|s| s.slice.is_some());
+        let sliced = self.scope.as_ref().is_some_and(|s| s.slice().is_some());
         let qualifying = match (self.req.mask, &self.scope) {
             (Some(m), _) => m.len(),
             (None, Some(scope)) if !sliced => scope.rows.live_rows(all, &self.deletions),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use roaring::RoaringBitmap;
 
-use super::{Counters, Searcher};
+use super::{Counters, Scope, Searcher};
 use crate::format::Fragment;
 use crate::format::index_meta::IndexDef;
 use crate::format::index_meta::IndexSegment;
@@ -126,7 +126,7 @@ impl Searcher<'_> {
         let exhaustive = first.len() == probe_order.len();
         // A sliced share scores its slice of them (and counts the others' rows when its own
         // are too few to decide, as the single machine decides, whether to probe further).
-        let slice = self.scope.as_ref().and_then(|sc| sc.slice);
+        let slice = self.scope.as_ref().and_then(Scope::slice);
         let mine: Vec<usize> = first
             .iter()
             .copied()
@@ -380,9 +380,10 @@ impl Searcher<'_> {
             Some(slice) => unindexed
                 .iter()
                 .map(|f| {
-                    let mut skip = covered_rows.get(&f.id).cloned().unwrap_or_default();
-                    let end = u32::try_from(f.physical_rows).unwrap_or(u32::MAX);
-                    skip.extend((0..end).filter(|o| !slice.has_offset(u64::from(*o))));
+                    let mut skip = slice.others(f.physical_rows);
+                    if let Some(covered) = covered_rows.get(&f.id) {
+                        skip |= covered;
+                    }
                     (f.id, skip)
                 })
                 .collect(),

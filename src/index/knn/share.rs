@@ -92,7 +92,7 @@ impl Slice {
     }
 
     /// The offsets below `physical_rows` that are not this slice's.
-    fn others(&self, physical_rows: u64) -> RoaringBitmap {
+    pub fn others(&self, physical_rows: u64) -> RoaringBitmap {
         let end = u32::try_from(physical_rows).unwrap_or(u32::MAX);
         (0..end)
             .filter(|o| !self.has_offset(u64::from(*o)))
@@ -167,6 +167,11 @@ impl ShareRows {
             }
         }
         Self { rows, slice: None }
+    }
+
+    /// The slice of a sliced share's rows.
+    pub fn slice(&self) -> Option<Slice> {
+        self.slice
     }
 
     /// Whether the row at `addr` is one of the share's.
