@@ -26,6 +26,7 @@ pub mod commit;
 pub mod conform;
 pub mod deletion;
 pub mod error;
+pub mod fetch_windows;
 pub mod fragment_io;
 pub mod index_meta;
 pub mod integrity;

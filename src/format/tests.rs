@@ -566,3 +566,132 @@ async fn unstorable_types_round_trip_through_fragments() {
         text(&batch.slice(3, 2).project(&[0, 2, 3, 4]).unwrap())
     );
 }
+
+/// A vector column's row group larger than [`fetch_windows::FETCH_BYTES`] is read in windows:
+/// no single request fetches much more than that, and every read (whole, by offsets, by
+/// ranges) returns the same rows as the data written.
+#[tokio::test]
+async fn a_large_row_group_is_fetched_in_bounded_windows() {
+    use datafusion::arrow::array::{Array, AsArray, FixedSizeListArray, Float32Array};
+    use datafusion::arrow::datatypes::Float32Type;
+    use fetch_windows::FETCH_BYTES;
+    use futures::TryStreamExt;
+    use metered_store::MeteredStore;
+
+    const DIM: i32 = 768;
+    const ROWS: usize = 6000; // 18 MB of floats in one row group
+    // The limit and a page of slack, written out so that a larger limit fails here.
+    const BOUND: u64 = 9 << 20;
+    const { assert!(FETCH_BYTES < BOUND) };
+    let store = Arc::new(MeteredStore::new(Arc::new(
+        object_store::memory::InMemory::new(),
+    )));
+    let db = Database::from_store(
+        store.clone(),
+        object_store::path::Path::from("db"),
+        "m".into(),
+    );
+    let item = Arc::new(Field::new("item", DataType::Float32, false));
+    let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new(
+        "emb",
+        DataType::FixedSizeList(item.clone(), DIM),
+        true,
+    )]));
+    let props = TableProperties {
+        max_rows_per_fragment: ROWS as u64,
+        ..Default::default()
+    };
+    let snap = db.create_table("v", &schema, props).await.unwrap();
+    let values: Vec<f32> = (0..ROWS * DIM as usize)
+        .map(|i| (i % 9973) as f32)
+        .collect();
+    let list = FixedSizeListArray::new(
+        item,
+        DIM,
+        Arc::new(Float32Array::from(values.clone())),
+        None,
+    );
+    let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(list)]).unwrap();
+    let written = write_fragments(
+        &snap.dir,
+        &schema,
+        futures::stream::iter(vec![Ok(batch)]),
+        ROWS as u64,
+    )
+    .await
+    .unwrap();
+    let mut txn = Transaction::new(Operation::Append, snap.version());
+    txn.appends = written
+        .into_iter()
+        .map(|w| NewFragment {
+            written: w,
+            row_ids: NewRowIds::Fresh,
+        })
+        .collect();
+    let snap = commit(&snap.dir, &snap.manifest, &txn).await.unwrap();
+    let frag = &snap.manifest.fragments[0];
+    let floats = |batches: Vec<RecordBatch>| -> Vec<f32> {
+        batches
+            .iter()
+            .flat_map(|b| {
+                let l = b.column(0).as_fixed_size_list();
+                l.values().as_primitive::<Float32Type>().values()[..l.len() * DIM as usize].to_vec()
+            })
+            .collect()
+    };
+    let largest_request = |trace: Vec<String>| -> u64 {
+        trace
+            .iter()
+            .filter_map(|l| {
+                l.strip_prefix("GET range ")?
+                    .split(' ')
+                    .next()?
+                    .split_once("..")
+            })
+            .map(|(a, b)| b.parse::<u64>().unwrap() - a.parse::<u64>().unwrap())
+            .max()
+            .unwrap_or(0)
+    };
+    crate::format::fragment_io::forget_cached_footers();
+    store.trace(true);
+
+    let whole: Vec<RecordBatch> = read_fragment(snap.dir.clone(), frag, schema.clone(), 1024)
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(floats(whole), values);
+    let largest = largest_request(store.take_trace());
+    assert!(largest <= BOUND, "one request fetched {largest} bytes");
+
+    let offsets = [0u64, 1, 2_999, 3_000, 5_999];
+    let picked: Vec<RecordBatch> =
+        fragment_io::read_fragment_rows(snap.dir.clone(), frag, schema.clone(), &offsets)
+            .try_collect()
+            .await
+            .unwrap();
+    let want: Vec<f32> = offsets
+        .iter()
+        .flat_map(|&o| values[o as usize * DIM as usize..(o as usize + 1) * DIM as usize].to_vec())
+        .collect();
+    assert_eq!(floats(picked), want);
+    let read = store.take_trace();
+    assert!(
+        largest_request(read) < 1 << 20,
+        "a few rows fetch a few pages"
+    );
+
+    let ranges = [100u64..2_800, 2_900..5_100];
+    let ranged: Vec<RecordBatch> =
+        fragment_io::read_fragment_ranges(snap.dir.clone(), frag, schema.clone(), &ranges, 500)
+            .try_collect()
+            .await
+            .unwrap();
+    let want: Vec<f32> = ranges
+        .iter()
+        .flat_map(|r| {
+            values[r.start as usize * DIM as usize..r.end as usize * DIM as usize].to_vec()
+        })
+        .collect();
+    assert_eq!(floats(ranged), want);
+    assert!(largest_request(store.take_trace()) <= BOUND);
+}

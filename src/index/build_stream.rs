@@ -37,7 +37,10 @@
 //! or one read chunk (≤ `B/16`); during pass 1 and training, the sample (`sample_size` rows,
 //! two copies while training: k-means needs them all, so the sample is not cut to the
 //! budget). Outside the count: up to [`UPLOAD_BYTES`] of upload parts and the Parquet
-//! decoder's own buffers. [`BuildStats::peak_bytes`] reports the most held at once.
+//! reader's fetched pages, at most about [`FETCH_BYTES`] at a time whatever the row group's
+//! size. [`BuildStats::peak_bytes`] reports the most held at once.
+//!
+//! [`FETCH_BYTES`]: crate::format::fetch_windows::FETCH_BYTES
 //! Disk: the spill holds each row once (12 bytes plus its payload), in the system's
 //! temporary directory (`TMPDIR`), freed when the build ends.
 

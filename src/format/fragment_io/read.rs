@@ -1,27 +1,13 @@
-//! Reading and writing the Parquet data files of fragments.
-//!
-//! Readers return a fragment's **physical** rows in offset order (deleted rows included); the
-//! scan layer applies deletion vectors, because only it knows which offsets it needs.
-//!
-//! Every read goes through [`read_file`]: a file whose manifest entry records a footer
-//! checksum is read through the verifying range reader of [`super::integrity`], so a damaged
-//! page or footer is a `Corrupt` error naming the file before any value is decoded.
-//!
-//! Callers speak the table's declared (logical) types only: a column of a type Parquet cannot
-//! store is written as its storage type and turned back on read, here and nowhere else (see
-//! [`super::storage_types`]). Readers take no predicate and no Parquet statistic but the null
-//! counts of [`row_groups_with_nulls`], which every storage type keeps exact.
+//! Reading fragments' Parquet data files.
 
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::{Arc, LazyLock, Mutex};
 
-use bytes::Bytes;
 use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
-use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{Field, FieldRef, Schema, SchemaRef};
 // `ParquetObjectReader` is deprecated in parquet 59 in favour of hand-written readers; it is
 // still what DataFusion 55 itself builds on, and it does exactly the range reads we want.
-use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::arrow::ProjectionMask;
 use datafusion::parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, RowSelection,
@@ -29,59 +15,19 @@ use datafusion::parquet::arrow::arrow_reader::{
 #[allow(deprecated)]
 use datafusion::parquet::arrow::async_reader::ParquetObjectReader;
 use datafusion::parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
-use datafusion::parquet::basic::Compression;
-use datafusion::parquet::errors::ParquetError;
-use datafusion::parquet::file::metadata::{KeyValue, PageIndexPolicy};
-use datafusion::parquet::file::properties::WriterProperties;
-use datafusion::parquet::schema::types::ColumnPath;
+use datafusion::parquet::file::metadata::PageIndexPolicy;
 use futures::stream::{self, BoxStream};
-use futures::{Stream, StreamExt, TryStreamExt};
-use object_store::ObjectStoreExt;
-use object_store::buffered::BufWriter;
-use tokio::io::AsyncWriteExt;
+use futures::{StreamExt, TryStreamExt};
 
-use super::error::{FormatError, Result};
-use super::integrity::parquet_io::{PageChecksummer, VerifyingReader, format_error, load_verified};
-use super::integrity::units::{PAGE_CRC_KEY, UnitTable};
-use super::manifest::{DataFile, Fragment};
-use super::storage_types::{from_storage, storage_schema, storage_type, to_storage, unstorable};
-use super::store::{TableDir, random_tag};
-
-/// Rows per Parquet row group: small enough that a writer buffers tens of MB, not hundreds.
-pub const ROW_GROUP_ROWS: usize = 64 * 1024;
-
-/// A fragment written but not yet committed: it gets its id when the commit assigns one.
-#[derive(Clone, Debug, PartialEq)]
-pub struct WrittenFragment {
-    pub files: Vec<DataFile>,
-    pub physical_rows: u64,
-}
-
-fn writer_properties(schema: &SchemaRef) -> WriterProperties {
-    let mut builder = WriterProperties::builder();
-    // Vector values almost never repeat: a dictionary only costs hashing every float.
-    for field in schema.fields() {
-        if let DataType::FixedSizeList(item, _) | DataType::List(item) = field.data_type() {
-            let path = ColumnPath::new(vec![
-                field.name().clone(),
-                "list".to_string(),
-                item.name().clone(),
-            ]);
-            builder = builder.set_column_dictionary_enabled(path, false);
-        }
-    }
-    builder
-        .set_compression(Compression::LZ4_RAW)
-        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
-        // Small pages (and the page index the writer adds by default) let a reader that wants
-        // a few rows by offset, as a KNN query does, decode a few small pages instead of
-        // whole column chunks.
-        .set_data_page_size_limit(PAGE_BYTES)
-        .build()
-}
-
-/// Target size of a Parquet data page.
-const PAGE_BYTES: usize = 64 * 1024;
+use crate::format::error::{FormatError, Result};
+use crate::format::fetch_windows::{
+    FETCH_BYTES, GroupSize, fetch_windows, selected_ranges, window_selection,
+};
+use crate::format::integrity::parquet_io::{VerifyingReader, format_error, load_verified};
+use crate::format::integrity::units::UnitTable;
+use crate::format::manifest::{DataFile, Fragment};
+use crate::format::storage_types::{from_storage, storage_type};
+use crate::format::store::TableDir;
 
 /// A data file opened for reading: its footer (with page indexes) and, when the manifest
 /// records a footer checksum, its verified checksum table.
@@ -143,152 +89,6 @@ async fn open_file(dir: &TableDir, file: &DataFile) -> Result<OpenedFile> {
     Ok(opened)
 }
 
-/// Writes one Parquet file of rows in `schema`, returning it (with the rows written).
-///
-/// Parquet's synchronous writer encodes into memory; each flushed row group is uploaded and,
-/// while its bytes are still at hand, checksummed page by page (see [`super::integrity`]).
-struct FileWriter {
-    dir: Arc<TableDir>,
-    relative: String,
-    columns: Vec<String>,
-    /// The Parquet schema's Arrow form when some column is stored as another type.
-    storage: Option<SchemaRef>,
-    writer: ArrowWriter<Vec<u8>>,
-    object: BufWriter,
-    checksums: PageChecksummer,
-    rows: u64,
-}
-
-impl FileWriter {
-    fn try_new(dir: &Arc<TableDir>, schema: &SchemaRef) -> Result<Self> {
-        // The writer panics on a type it cannot store at all: refuse it first.
-        for field in schema.fields() {
-            if let Some(reason) = unstorable(field.data_type()) {
-                return Err(FormatError::storage_type(field, reason));
-            }
-        }
-        let stored = storage_schema(schema);
-        let relative = format!("data/{}.parquet", random_tag());
-        let path = dir.path(&relative);
-        let object = BufWriter::new(dir.store().clone(), path.clone());
-        let writer =
-            ArrowWriter::try_new(Vec::new(), stored.clone(), Some(writer_properties(&stored)))
-                .map_err(|e| FormatError::Parquet {
-                    path: path.to_string(),
-                    source: e,
-                })?;
-        Ok(Self {
-            dir: dir.clone(),
-            relative,
-            columns: schema.fields().iter().map(|f| f.name().clone()).collect(),
-            storage: (!Arc::ptr_eq(&stored, schema)).then_some(stored),
-            writer,
-            object,
-            checksums: PageChecksummer::new(path.as_ref()),
-            rows: 0,
-        })
-    }
-
-    fn parquet_err(&self, e: ParquetError) -> FormatError {
-        FormatError::Parquet {
-            path: self.relative.clone(),
-            source: e,
-        }
-    }
-
-    /// Uploads what the encoder produced (after pushing its buffered tail into memory) and
-    /// hands it to the checksummer.
-    async fn upload(&mut self) -> Result<()> {
-        self.writer
-            .sync()
-            .map_err(|e| self.parquet_err(ParquetError::External(Box::new(e))))?;
-        let bytes = Bytes::from(std::mem::take(self.writer.inner_mut()));
-        if bytes.is_empty() {
-            return Ok(());
-        }
-        self.checksums.push(bytes.clone());
-        let path = self.dir.path(&self.relative);
-        self.object
-            .put(bytes)
-            .await
-            .map_err(|e| FormatError::store(&path, e))
-    }
-
-    async fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        self.rows += batch.num_rows() as u64;
-        let before = self.writer.flushed_row_groups().len();
-        let stored;
-        let batch = match &self.storage {
-            None => batch,
-            Some(storage) => {
-                stored = stored_batch(batch, storage)?;
-                &stored
-            }
-        };
-        self.writer.write(batch).map_err(|e| self.parquet_err(e))?;
-        if self.writer.flushed_row_groups().len() != before {
-            self.upload().await?;
-            self.checksums.absorb(self.writer.flushed_row_groups())?;
-        }
-        Ok(())
-    }
-
-    async fn finish(mut self) -> Result<(DataFile, u64)> {
-        self.writer.flush().map_err(|e| self.parquet_err(e))?;
-        self.upload().await?;
-        self.checksums.absorb(self.writer.flushed_row_groups())?;
-        let footer_offset = self.checksums.written();
-        self.writer.append_key_value_metadata(KeyValue::new(
-            PAGE_CRC_KEY.to_string(),
-            self.checksums.page_table(),
-        ));
-        let metadata = self.writer.finish().map_err(|e| self.parquet_err(e))?;
-        self.upload().await?;
-        let path = self.dir.path(&self.relative);
-        self.object.shutdown().await.map_err(|e| FormatError::Io {
-            path: path.to_string(),
-            source: e,
-        })?;
-        let written = self.checksums.written();
-        let footer = self.checksums.finish(footer_offset, &metadata)?;
-        let meta = self
-            .dir
-            .store()
-            .head(&path)
-            .await
-            .map_err(|e| FormatError::store(&path, e))?;
-        if meta.size != written {
-            return Err(FormatError::corrupt(
-                &path,
-                format!("wrote {written} bytes, the store holds {}", meta.size),
-            ));
-        }
-        let file = DataFile {
-            path: self.relative,
-            columns: self.columns,
-            size_bytes: meta.size,
-            footer: Some(footer),
-        };
-        Ok((file, self.rows))
-    }
-}
-
-/// `batch` (of the table's declared types) in its stored form, of schema `storage`.
-fn stored_batch(batch: &RecordBatch, storage: &SchemaRef) -> Result<RecordBatch> {
-    let columns = batch
-        .columns()
-        .iter()
-        .zip(batch.schema().fields())
-        .map(|(c, f)| to_storage(c).map_err(|e| FormatError::storage_type(f, e)))
-        .collect::<Result<Vec<_>>>()?;
-    let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
-    Ok(RecordBatch::try_new_with_options(
-        storage.clone(),
-        columns,
-        &options,
-    )?)
-}
-
 /// `batch`, read from the file at `path`, with each column turned into its declared type (the
 /// field of `declared` of the same name): a column holding neither its declared type nor its
 /// storage type is corrupt.
@@ -337,160 +137,6 @@ fn declared_batch(batch: RecordBatch, declared: &[FieldRef], path: &str) -> Resu
         &options,
     )?)
 }
-
-/// Writes a stream of batches into fragments of at most `max_rows` rows each, in input order.
-pub async fn write_fragments<S>(
-    dir: &Arc<TableDir>,
-    schema: &SchemaRef,
-    batches: S,
-    max_rows: u64,
-) -> Result<Vec<WrittenFragment>>
-where
-    S: Stream<Item = Result<RecordBatch>> + Unpin,
-{
-    let max_rows = max_rows.max(1);
-    write_sized_fragments(dir, schema, batches, std::iter::repeat(max_rows)).await
-}
-
-/// Writes a stream of batches into fragments, in input order: the i-th fragment gets
-/// `sizes[i]` rows (the last one fewer if the input ends; rows past the sizes are an error).
-pub async fn write_sized_fragments<S, I>(
-    dir: &Arc<TableDir>,
-    schema: &SchemaRef,
-    mut batches: S,
-    sizes: I,
-) -> Result<Vec<WrittenFragment>>
-where
-    S: Stream<Item = Result<RecordBatch>> + Unpin,
-    I: IntoIterator<Item = u64>,
-{
-    let mut sizes = sizes.into_iter();
-    let mut done = Vec::new();
-    let mut current: Option<(FileWriter, u64)> = None;
-    while let Some(batch) = batches.next().await {
-        let mut batch = batch?;
-        while batch.num_rows() > 0 {
-            let (writer, size) = match &mut current {
-                Some(w) => w,
-                None => {
-                    let size = sizes.next().filter(|s| *s > 0).ok_or_else(|| {
-                        FormatError::invalid("more rows than the fragment sizes allow")
-                    })?;
-                    current.insert((FileWriter::try_new(dir, schema)?, size))
-                }
-            };
-            let room = (*size - writer.rows) as usize;
-            let take = room.min(batch.num_rows());
-            writer.write(&batch.slice(0, take)).await?;
-            batch = batch.slice(take, batch.num_rows() - take);
-            if writer.rows == *size {
-                let (w, _) = current.take().expect("writer present");
-                let (file, rows) = w.finish().await?;
-                done.push(WrittenFragment {
-                    files: vec![file],
-                    physical_rows: rows,
-                });
-            }
-        }
-    }
-    if let Some((w, _)) = current.take()
-        && w.rows > 0
-    {
-        let (file, rows) = w.finish().await?;
-        done.push(WrittenFragment {
-            files: vec![file],
-            physical_rows: rows,
-        });
-    }
-    Ok(done)
-}
-
-/// Writes a stream of batches into `destinations` fragments at once: row `i` of the stream
-/// goes to fragment `labels[i]`, and each fragment receives its rows in stream order (a
-/// stable partition). Every destination must receive at least one row.
-pub async fn write_partitioned<S>(
-    dir: &Arc<TableDir>,
-    schema: &SchemaRef,
-    mut batches: S,
-    labels: &[u16],
-    destinations: usize,
-) -> Result<Vec<WrittenFragment>>
-where
-    S: Stream<Item = Result<RecordBatch>> + Unpin,
-{
-    let mut writers: Vec<Option<FileWriter>> = (0..destinations).map(|_| None).collect();
-    let mut seen = 0usize;
-    while let Some(batch) = batches.next().await {
-        let batch = batch?;
-        let n = batch.num_rows();
-        let Some(mine) = labels.get(seen..seen + n) else {
-            return Err(FormatError::invalid("more rows than routing labels"));
-        };
-        seen += n;
-        // One gather per batch: rows grouped by destination (a stable counting sort, so each
-        // group keeps stream order), then a zero-copy slice per destination.
-        let mut starts = vec![0usize; destinations + 1];
-        for &d in mine {
-            if d as usize >= destinations {
-                return Err(FormatError::invalid(format!("no destination {d}")));
-            }
-            starts[d as usize + 1] += 1;
-        }
-        for d in 0..destinations {
-            starts[d + 1] += starts[d];
-        }
-        let mut fill = starts.clone();
-        let mut order = vec![0u32; n];
-        for (i, &d) in mine.iter().enumerate() {
-            order[fill[d as usize]] = i as u32;
-            fill[d as usize] += 1;
-        }
-        let indices = datafusion::arrow::array::UInt32Array::from(order);
-        let grouped = datafusion::arrow::compute::take_record_batch(&batch, &indices)?;
-        for d in 0..destinations {
-            let (from, to) = (starts[d], starts[d + 1]);
-            if from == to {
-                continue;
-            }
-            let writer = match &mut writers[d] {
-                Some(w) => w,
-                None => writers[d].insert(FileWriter::try_new(dir, schema)?),
-            };
-            writer.write(&grouped.slice(from, to - from)).await?;
-        }
-    }
-    if seen != labels.len() {
-        return Err(FormatError::invalid(format!(
-            "{} routing labels for {seen} rows",
-            labels.len()
-        )));
-    }
-    let mut out = Vec::with_capacity(destinations);
-    for (d, w) in writers.into_iter().enumerate() {
-        let w = w.ok_or_else(|| FormatError::invalid(format!("destination {d} got no rows")))?;
-        let (file, rows) = w.finish().await?;
-        out.push(WrittenFragment {
-            files: vec![file],
-            physical_rows: rows,
-        });
-    }
-    Ok(out)
-}
-
-/// Writes one file holding `schema`'s columns for every physical row of a fragment (used by
-/// in-place column rewrites). The caller guarantees the row count matches the fragment.
-pub async fn write_column_file(
-    dir: &Arc<TableDir>,
-    batches: Vec<RecordBatch>,
-    schema: &SchemaRef,
-) -> Result<(DataFile, u64)> {
-    let mut writer = FileWriter::try_new(dir, schema)?;
-    for b in &batches {
-        writer.write(b).await?;
-    }
-    writer.finish().await
-}
-
 /// Streams the physical rows of `fragment`, restricted to `schema`'s columns (a subset of the
 /// table schema, in any order), in batches of at most `batch_size` rows.
 pub fn read_fragment(
@@ -667,7 +313,9 @@ pub async fn row_groups_with_nulls(
     Ok(ranges)
 }
 
-/// Reads the `columns` (declared fields) of one data file, in the file's column order.
+/// Reads the `columns` (declared fields) of one data file, in the file's column order. A row
+/// group whose projected columns are larger than [`FETCH_BYTES`] is read in windows of rows
+/// (see [`super::fetch_windows`]), so a read never fetches more than about that much at once.
 fn read_file(
     dir: Arc<TableDir>,
     file: DataFile,
@@ -678,30 +326,16 @@ fn read_file(
 ) -> BoxStream<'static, Result<RecordBatch>> {
     let open = async move {
         let path = dir.path(&file.path);
-        let perr = |e| format_error(path.as_ref(), e);
         let opened = open_file(&dir, &file).await?;
-        #[allow(deprecated)]
-        let object = ParquetObjectReader::new(dir.store().clone(), path.clone())
-            .with_file_size(file.size_bytes);
-        // Every range the decoder asks for is verified first when the file has checksums.
-        let reader: Box<dyn AsyncFileReader> = match opened.units {
-            Some(units) => Box::new(VerifyingReader::new(
-                object,
-                path.clone(),
-                units,
-                opened.metadata.metadata().clone(),
-            )),
-            None => Box::new(object),
-        };
-        let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, opened.metadata);
-        let file_rows = builder.metadata().file_metadata().num_rows() as u64;
+        let metadata = opened.metadata.metadata().clone();
+        let file_rows = metadata.file_metadata().num_rows() as u64;
         if file_rows != expected_rows {
             return Err(FormatError::corrupt(
                 &path,
                 format!("holds {file_rows} rows, its fragment has {expected_rows}"),
             ));
         }
-        let file_schema = builder.schema().clone();
+        let file_schema = opened.metadata.schema().clone();
         let indices = columns
             .iter()
             .map(|c| {
@@ -711,19 +345,114 @@ fn read_file(
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let mask = ProjectionMask::roots(builder.parquet_schema(), indices.iter().copied());
-        let mut builder = builder.with_projection(mask).with_batch_size(batch_size);
+        let mask = ProjectionMask::roots(metadata.file_metadata().schema_descr(), indices);
+        let sizes: Vec<GroupSize> = metadata
+            .row_groups()
+            .iter()
+            .map(|g| GroupSize {
+                rows: g.num_rows() as u64,
+                bytes: g
+                    .columns()
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| mask.leaf_included(*i))
+                    .map(|(_, c)| c.compressed_size().max(0) as u64)
+                    .sum(),
+            })
+            .collect();
+        let reader = FileReader {
+            dir,
+            path,
+            size: file.size_bytes,
+            opened,
+            mask,
+            batch_size,
+            columns: Arc::new(columns),
+        };
+        let Some(windows) = fetch_windows(&sizes, FETCH_BYTES, batch_size) else {
+            return reader.stream(None, selection);
+        };
+        let selected = selection.as_ref().map(selected_ranges);
+        let mut starts = Vec::with_capacity(sizes.len());
+        let mut at = 0u64;
+        for g in &sizes {
+            starts.push(at);
+            at += g.rows;
+        }
+        // One window at a time: the next is opened when the last has been read.
+        let reads = windows.into_iter().filter_map(move |w| {
+            let selection = window_selection(
+                selected.as_deref(),
+                starts[w.group],
+                sizes[w.group].rows,
+                &w.rows,
+            )?;
+            Some((w.group, selection))
+        });
+        Ok(stream::iter(reads)
+            .map(move |(group, selection)| reader.stream(Some(group), Some(selection)))
+            .try_flatten()
+            .boxed())
+    };
+    stream::once(open).try_flatten().boxed()
+}
+
+/// What [`read_file`] needs to open a stream over (part of) one data file.
+struct FileReader {
+    dir: Arc<TableDir>,
+    path: object_store::path::Path,
+    size: u64,
+    opened: OpenedFile,
+    mask: ProjectionMask,
+    batch_size: usize,
+    columns: Arc<Vec<FieldRef>>,
+}
+
+impl FileReader {
+    /// The declared batches of row group `group` (or of every row group), restricted to
+    /// `selection` (over that group's rows, or the file's).
+    fn stream(
+        &self,
+        group: Option<usize>,
+        selection: Option<RowSelection>,
+    ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+        #[allow(deprecated)]
+        let object = ParquetObjectReader::new(self.dir.store().clone(), self.path.clone())
+            .with_file_size(self.size);
+        // Every range the decoder asks for is verified first when the file has checksums.
+        let reader: Box<dyn AsyncFileReader> = match &self.opened.units {
+            Some(units) => Box::new(VerifyingReader::new(
+                object,
+                self.path.clone(),
+                units.clone(),
+                self.opened.metadata.metadata().clone(),
+            )),
+            None => Box::new(object),
+        };
+        let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(
+            reader,
+            self.opened.metadata.clone(),
+        )
+        .with_projection(self.mask.clone())
+        .with_batch_size(self.batch_size);
+        if let Some(group) = group {
+            builder = builder.with_row_groups(vec![group]);
+        }
         if let Some(selection) = selection {
             builder = builder.with_row_selection(selection);
         }
-        let stream = builder.build().map_err(perr)?;
-        let path_for_err = path.to_string();
-        Ok(stream.map(move |b| {
-            let b = b.map_err(|e| format_error(&path_for_err, e))?;
-            declared_batch(b, &columns, &path_for_err)
-        }))
-    };
-    stream::once(open).try_flatten().boxed()
+        let stream = builder
+            .build()
+            .map_err(|e| format_error(self.path.as_ref(), e))?;
+        let path = self.path.to_string();
+        let columns = self.columns.clone();
+        Ok(stream
+            .map(move |b| {
+                let b = b.map_err(|e| format_error(&path, e))?;
+                declared_batch(b, &columns, &path)
+            })
+            .boxed())
+    }
 }
 
 /// Stitches the per-file streams of one fragment into batches of `schema`, re-slicing so that
