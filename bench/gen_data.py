@@ -23,7 +23,10 @@ Files written (all arrays little-endian, .npy version 1; ids are row numbers 0..
     meta.json            rows, dim, blobs, std, categories, queries, seed, k_truth
 
 Generation streams in chunks of 65,536 rows (each chunk has its own seeded generator), so
-10M × 768 (30 GB) is written without holding it in memory. Needs numpy and pyarrow.
+10M × 768 (30 GB) is written without holding it in memory. `--no-vectors-npy` leaves out
+vectors.npy (only numpy and faiss read it): a second copy of the floats that 5M × 768 cannot
+spare on disk; the ground truth's final re-scoring then reads its candidates' rows back from
+items.parquet, one row group at a time. Needs numpy and pyarrow.
 """
 
 import argparse
@@ -71,6 +74,27 @@ def merge_top(best_d, best_i, d, ids, k):
     return np.take_along_axis(all_d, order, axis=1), np.take_along_axis(all_i, order, axis=1)
 
 
+def parquet_rows(path, ids, dim):
+    """A function from an array of ids (each among `ids`, or negative) to their vectors,
+    read from the Parquet file at `path` (row i = id i, row groups of CHUNK rows) one row
+    group at a time; negative ids give zeros."""
+    want = np.unique(ids[ids >= 0])
+    got = np.zeros((len(want), dim), dtype=np.float32)
+    pf = pq.ParquetFile(path)
+    for group in np.unique(want // CHUNK):
+        inside = np.nonzero(want // CHUNK == group)[0]
+        emb = pf.read_row_group(int(group), columns=["emb"]).column("emb").combine_chunks()
+        flat = emb.flatten().to_numpy().reshape(-1, dim)
+        got[inside] = flat[want[inside] - group * CHUNK]
+
+    def rows_of(asked):
+        at = np.searchsorted(want, np.maximum(asked, 0))
+        out = got[np.minimum(at, len(want) - 1)]
+        out[asked < 0] = 0
+        return out
+    return rows_of
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, required=True)
@@ -78,6 +102,8 @@ def main():
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--seed", type=int, default=20261201)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--no-vectors-npy", action="store_true",
+                    help="do not write vectors.npy (numpy and faiss then cannot run)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     n, dim, nq = a.rows, a.dim, a.queries
@@ -90,7 +116,7 @@ def main():
     q64 = queries.astype(np.float64)
     qnorm = (q64 * q64).sum(axis=1)
 
-    vectors = np.lib.format.open_memmap(
+    vectors = None if a.no_vectors_npy else np.lib.format.open_memmap(
         os.path.join(a.out, "vectors.npy"), mode="w+", dtype=np.float32, shape=(n, dim))
     category = np.empty(n, dtype=np.int32)
     item = pa.field("item", pa.float32(), nullable=True)
@@ -108,7 +134,8 @@ def main():
     for index, start in enumerate(range(0, n, CHUNK)):
         rows = min(CHUNK, n - start)
         v, c = chunk_rows(a.seed, index, rows, dim, ctr)
-        vectors[start:start + rows] = v
+        if vectors is not None:
+            vectors[start:start + rows] = v
         category[start:start + rows] = c
         ids = np.arange(start, start + rows, dtype=np.int64)
         emb = pa.FixedSizeListArray.from_arrays(pa.array(v.reshape(-1)), dim)
@@ -123,11 +150,14 @@ def main():
         print(f"\r{start + rows:,} / {n:,} rows", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     writer.close()
-    vectors.flush()
+    if vectors is not None:
+        vectors.flush()
+    rows_of = (lambda ids: vectors[ids]) if vectors is not None else parquet_rows(
+        os.path.join(a.out, "items.parquet"), np.concatenate([best[1], best_f[1]], axis=None), dim)
 
     def exact(ids):
         """Direct float64 distances of each query to its candidate ids, re-sorted."""
-        d = np.stack([((vectors[ids[i]].astype(np.float64) - q64[i]) ** 2).sum(axis=1)
+        d = np.stack([((rows_of(ids[i]).astype(np.float64) - q64[i]) ** 2).sum(axis=1)
                       for i in range(nq)])
         d[ids < 0] = np.inf
         order = np.lexsort((ids, d), axis=1)

@@ -236,7 +236,7 @@ async fn a_streamed_build_writes_the_files_of_an_in_memory_build() {
         ),
         (IndexKind::IvfFlat, Metric::Dot, BUDGET),
     ] {
-        let (whole, streamed) = build_both(&snap, kind.clone(), metric, None, budget).await;
+        let (whole, streamed) = build_both(&snap, kind.clone(), metric, Some(1000), budget).await;
         assert_eq!(streamed.segment.rows, live_vectors(&snap), "{kind:?}");
         assert!(whole.segment.rows < ROWS as u64);
     }
@@ -248,7 +248,8 @@ async fn a_streamed_build_writes_the_files_of_an_in_memory_build() {
 #[tokio::test]
 async fn a_streamed_build_with_several_partitions_per_spill_file_writes_the_same_file() {
     let snap = table().await;
-    let opts = |budget| options_with(Metric::L2, budget, None, 40);
+    // A sample both builds take whole (a budget cuts the default one: see below).
+    let opts = |budget| options_with(Metric::L2, budget, Some(2000), 40);
     let whole = build_index(&snap, "whole", IndexKind::IvfFlat, &opts(None)).await;
     let streamed = build_index(
         &snap,
@@ -284,11 +285,34 @@ async fn a_streamed_build_holds_no_more_than_its_budget() {
     assert!(streamed.stats.groups >= 4, "{:?}", streamed.stats);
 }
 
+/// The default training sample (256 rows per partition: 2,048 rows of 8 floats, 128 KiB
+/// with k-means' copy, the whole budget) is cut to half the budget, so the build holds no
+/// more than its budget; never below 32 rows per partition; a sample asked for is kept.
+#[tokio::test]
+async fn a_default_training_sample_is_cut_to_the_budget() {
+    use fragvec::index::build::sample_size_within;
+    assert_eq!(sample_size_within(BLOBS, None, DIM, usize::MAX), 2048);
+    assert_eq!(sample_size_within(BLOBS, None, DIM, BUDGET), 1024);
+    assert_eq!(sample_size_within(BLOBS, None, DIM, 0), 256);
+    assert_eq!(sample_size_within(BLOBS, Some(5000), DIM, 0), 5000);
+    let snap = table().await;
+    let streamed = build_index(
+        &snap,
+        "streamed",
+        IndexKind::IvfFlat,
+        &options(Metric::L2, Some(BUDGET), None),
+    )
+    .await;
+    assert!(streamed.stats.streamed, "{:?}", streamed.stats);
+    assert!(streamed.stats.peak_bytes <= BUDGET, "{:?}", streamed.stats);
+    assert_eq!(streamed.segment.rows, live_vectors(&snap));
+}
+
 #[tokio::test]
 async fn streamed_and_in_memory_indexes_answer_knn_alike() {
     let snap = table().await;
     for (name, budget) in [("whole", None), ("streamed", Some(BUDGET))] {
-        let opts = options(Metric::L2, budget, None);
+        let opts = options(Metric::L2, budget, Some(1000));
         let snap = snap.dir.latest().await.unwrap();
         optimize::create(
             &snap,
@@ -334,6 +358,52 @@ async fn streamed_and_in_memory_indexes_answer_knn_alike() {
         assert_eq!(answers[0].len(), 10);
         let deleted: HashSet<u64> = [row_address(snap.manifest.fragments[3].id, 0)].into();
         assert!(answers[0].iter().all(|(_, a)| !deleted.contains(a)));
+    }
+}
+
+/// An IVF_SQ build whose budget cuts the training sample trains its centroids on the cut
+/// sample and its scalar grid on the full one, in one more pass over the column (the grid
+/// needs many rows per partition); its answers at every partition are the exact ones.
+#[tokio::test]
+async fn an_ivf_sq_build_on_a_cut_sample_trains_its_grid_on_the_full_sample() {
+    let snap = table().await;
+    let cut = options(Metric::L2, Some(BUDGET), None);
+    let built = build_index(&snap, "built", IndexKind::IvfSq, &cut).await;
+    assert!(built.stats.streamed, "{:?}", built.stats);
+    assert_eq!(built.stats.passes, 3, "{:?}", built.stats);
+    assert!(built.stats.peak_bytes <= BUDGET, "{:?}", built.stats);
+    for (name, kind, opts) in [
+        ("sq", IndexKind::IvfSq, cut),
+        ("flat", IndexKind::IvfFlat, options(Metric::L2, None, None)),
+    ] {
+        let snap = snap.dir.latest().await.unwrap();
+        optimize::create(&snap, name, "emb", kind, &opts, &Progress::none())
+            .await
+            .unwrap();
+    }
+    let snap = snap.dir.latest().await.unwrap();
+    let cache = IndexCache::new(64 << 20);
+    let mut rng = StdRng::seed_from_u64(5);
+    for _ in 0..10 {
+        let q: Vec<f32> = (0..DIM).map(|_| rng.random_range(-2.0f32..12.0)).collect();
+        let mut answers = Vec::new();
+        for name in ["sq", "flat"] {
+            let request = KnnRequest {
+                snapshot: &snap,
+                column: "emb",
+                vector: &q,
+                metric: Metric::L2,
+                k: 10,
+                index: snap.manifest.index(name),
+                nprobes: BLOBS,
+                refine_factor: 1,
+                mask: None,
+                undefined_first: false,
+            };
+            let answer = search(request, &cache).await.unwrap();
+            answers.push(answer.candidates.iter().map(|c| c.addr).collect::<Vec<_>>());
+        }
+        assert_eq!(answers[0], answers[1], "query {q:?}");
     }
 }
 

@@ -123,6 +123,30 @@ pub fn window_selection(
     ))
 }
 
+/// Most windows read at once.
+pub const MAX_CONCURRENT_WINDOWS: usize = 8;
+
+/// How many windows to read at once when each fetches about `selected_bytes` (its selected
+/// rows at its row group's average row size): as many as keep all of them within `limit`
+/// (from 1 to [`MAX_CONCURRENT_WINDOWS`]). A whole read goes one window at a time; the few
+/// scattered rows a KNN re-rank asks for are fetched several windows at once, so their
+/// round trips overlap (on an object store each costs tens of milliseconds).
+pub fn concurrent_windows(selected_bytes: impl IntoIterator<Item = u64>, limit: u64) -> usize {
+    let largest = selected_bytes.into_iter().max().unwrap_or(0).max(1);
+    usize::try_from(limit / largest)
+        .unwrap_or(usize::MAX)
+        .clamp(1, MAX_CONCURRENT_WINDOWS)
+}
+
+/// Rows of `selection` (over a group's rows, as [`window_selection`] makes it) selected.
+pub fn selected_rows(selection: &RowSelection) -> u64 {
+    selection
+        .iter()
+        .filter(|s| !s.skip)
+        .map(|s| s.row_count as u64)
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,6 +190,20 @@ mod tests {
         assert_eq!(w[0].rows, 0..2048);
         assert_eq!(w.len(), 32);
         assert_eq!(w.last().unwrap().rows.end, 65_536);
+    }
+
+    #[test]
+    fn whole_windows_are_read_one_at_a_time_and_scattered_rows_together() {
+        let limit = 8 << 20;
+        assert_eq!(concurrent_windows([limit, limit / 3], limit), 1);
+        assert_eq!(concurrent_windows([limit / 3, 10], limit), 3);
+        assert_eq!(
+            concurrent_windows([3072, 6144], limit),
+            MAX_CONCURRENT_WINDOWS
+        );
+        assert_eq!(concurrent_windows([], limit), MAX_CONCURRENT_WINDOWS);
+        let s = RowSelection::from_consecutive_ranges([2..5, 9..10].into_iter(), 20);
+        assert_eq!(selected_rows(&s), 4);
     }
 
     proptest! {

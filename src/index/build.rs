@@ -174,6 +174,32 @@ pub fn sample_size_for(partitions: usize, requested: Option<usize>) -> usize {
         .max(partitions)
 }
 
+/// Bytes a training sample holds per float: the sample and the copy k-means prepares of it.
+pub const SAMPLE_BYTES_PER_FLOAT: usize = 8;
+
+/// Fewest training rows per partition a budget cuts a default sample to: below about this
+/// many, k-means leaves centroids placed on a handful of rows (faiss warns under 39).
+pub const MIN_SAMPLE_PER_PARTITION: usize = 32;
+
+/// The training sample of a build that should hold it within half of `budget_bytes` (the
+/// sample and k-means' copy of it): the `requested` size as asked, or [`sample_size_for`]'s
+/// default of 256 rows per partition cut to what fits, but not below
+/// [`MIN_SAMPLE_PER_PARTITION`] rows per partition (a budget that small is exceeded by that
+/// floor, as a budget of 0 does not make a build write a row at a time).
+pub fn sample_size_within(
+    partitions: usize,
+    requested: Option<usize>,
+    dim: usize,
+    budget_bytes: usize,
+) -> usize {
+    if requested.is_some() {
+        return sample_size_for(partitions, requested);
+    }
+    let fits = budget_bytes / 2 / SAMPLE_BYTES_PER_FLOAT.saturating_mul(dim.max(1));
+    let floor = partitions.saturating_mul(MIN_SAMPLE_PER_PARTITION);
+    sample_size_for(partitions, None).min(fits.max(floor))
+}
+
 /// Trains the IVF model (and PQ codebooks) on a sample of `vectors` (chosen as
 /// [`super::sample`] describes, the same rows a streaming build trains on), reporting the
 /// phases "k-means" (iterations) and, for IVF_PQ, "PQ codebooks" (one per sub-vector).

@@ -34,9 +34,10 @@
 //! Memory, for a budget `B`: a group's bytes (≤ `B/2`, or one row when a row is larger, or
 //! 1/64 of the segment when that is more); a read batch of at most `B/16` of vector data,
 //! its live rows, their prepared copy and payloads; the spill's write buffers (≤ `B/16`)
-//! or one read chunk (≤ `B/16`); during pass 1 and training, the sample (`sample_size` rows,
-//! two copies while training: k-means needs them all, so the sample is not cut to the
-//! budget). Outside the count: up to [`UPLOAD_BYTES`] of upload parts and the Parquet
+//! or one read chunk (≤ `B/16`); during pass 1 and training, the sample (two copies while
+//! training, ≤ `B/2`: the default of 256 rows per partition is cut to fit, down to 32 rows
+//! per partition; a `sample_size` asked for is kept as asked; see
+//! [`build::sample_size_within`]). Outside the count: up to [`UPLOAD_BYTES`] of upload parts and the Parquet
 //! reader's fetched pages, at most about [`FETCH_BYTES`] at a time whatever the row group's
 //! size. [`BuildStats::peak_bytes`] reports the most held at once.
 //!
@@ -55,9 +56,10 @@ use super::error::{IndexError, Result};
 use super::ivf::IvfModel;
 use super::nearest::CentroidTable;
 use super::parallel::cores;
-use super::sample::BottomK;
+use super::sample::{BottomK, KeyBound, sample_key};
 use super::segment::SegmentEncoder;
 use super::segment::groups::{Block, Slice, plan_groups};
+use super::sq::{GridTrainer, ScalarGrid};
 use spill::Spill;
 
 mod spill;
@@ -182,7 +184,7 @@ pub async fn build(
         batch_rows,
     };
     let mut held = Held::default();
-    let (model, rows) = scan.train(&mut held, progress).await?;
+    let (model, rows, training_passes) = scan.train(&mut held, progress).await?;
     let row_width = model.row_width();
     let data_bytes = rows as u64 * (8 + row_width as u64);
     let group_limit = group_bytes(req.budget_bytes, data_bytes, row_width);
@@ -231,7 +233,7 @@ pub async fn build(
         },
         stats: BuildStats {
             streamed: true,
-            passes: 2,
+            passes: training_passes + 1,
             groups: groups.len(),
             spilled_bytes: spill.bytes_written(),
             peak_bytes: held.peak,
@@ -265,9 +267,24 @@ impl Scan<'_> {
         }
     }
 
-    /// Pass 1: the training sample, then k-means on it. Returns the model and the rows (live,
-    /// non-NULL) of the column.
-    async fn train(&self, held: &mut Held, progress: &Progress) -> Result<(IvfModel, usize)> {
+    /// The training sample's rows for `partitions` partitions, within the budget.
+    fn sample_size(&self, partitions: usize) -> usize {
+        build::sample_size_within(
+            partitions,
+            self.req.sample_size,
+            self.req.dim,
+            self.req.budget_bytes,
+        )
+    }
+
+    /// Pass 1: the training sample, then k-means on it (and, for an IVF_SQ grid whose
+    /// sample the budget cut, one more pass for the grid). Returns the model, the rows (live,
+    /// non-NULL) of the column and the passes made.
+    async fn train(
+        &self,
+        held: &mut Held,
+        progress: &Progress,
+    ) -> Result<(IvfModel, usize, usize)> {
         let StreamBuild {
             snapshot,
             column,
@@ -284,11 +301,14 @@ impl Scan<'_> {
             .map(|f| f.live_rows())
             .sum();
         let upper_bound = usize::try_from(upper_bound).unwrap_or(usize::MAX);
-        let capacity = build::sample_size_for(
-            build::partitions_for(upper_bound, self.req.num_partitions),
-            self.req.sample_size,
-        );
+        let most_partitions = build::partitions_for(upper_bound, self.req.num_partitions);
+        let capacity = self.sample_size(most_partitions);
         let mut sample = BottomK::new(capacity, dim);
+        // A cut sample trains the centroids; an IVF_SQ grid wants the full one, whose rows
+        // are told apart by their keys in one more pass (see `sq::GridTrainer`).
+        let full = build::sample_size_for(most_partitions, self.req.sample_size);
+        let mut grid_keys =
+            (*self.req.kind == IndexKind::IvfSq && capacity < full).then(|| KeyBound::new(full));
         let reading = progress.phase(
             "reading vectors",
             Some(build::physical_rows(snapshot, self.fragments)),
@@ -304,7 +324,11 @@ impl Scan<'_> {
                 for (addr, v) in rows.addrs.iter().zip(rows.values.chunks_exact(dim)) {
                     sample.offer(*addr, v);
                 }
-                held.touch(sample.bytes() + batch_bytes(&rows));
+                if let Some(keys) = &mut grid_keys {
+                    rows.addrs.iter().for_each(|a| keys.offer(*a));
+                }
+                let keys = grid_keys.as_ref().map_or(0, KeyBound::bytes);
+                held.touch(sample.bytes() + keys + batch_bytes(&rows));
                 Ok::<_, IndexError>(())
             },
         )
@@ -312,14 +336,63 @@ impl Scan<'_> {
         reading.finish();
         let rows = usize::try_from(sample.offered()).map_err(|_| changed(self.req.index))?;
         let partitions = build::partitions_for(rows, self.req.num_partitions);
-        let sample = sample.into_sample(build::sample_size_for(partitions, self.req.sample_size));
+        let sample = sample.into_sample(self.sample_size(partitions));
         // The sample and the prepared copy k-means trains on.
-        held.touch(sample.len() * 8);
+        held.touch(sample.len() * build::SAMPLE_BYTES_PER_FLOAT);
         let kind = self.req.kind;
-        let model =
+        let mut model =
             build::train_on_sample(&sample, dim, self.req.metric, kind, partitions, progress)
                 .map_err(|reason| self.build_error(reason))?;
-        Ok((model, rows))
+        drop(sample);
+        let mut passes = 1;
+        let full = build::sample_size_for(partitions, self.req.sample_size);
+        if let Some(bound) = grid_keys.and_then(|keys| keys.bound(full)) {
+            model.sq = Some(self.train_grid(&model, bound, held, progress).await?);
+            passes += 1;
+        }
+        Ok((model, rows, passes))
+    }
+
+    /// The scalar grid of `model`'s partitions from the rows whose sample key is at most
+    /// `bound` (the full sample), read again and assigned to the model's centroids.
+    async fn train_grid(
+        &self,
+        model: &IvfModel,
+        bound: u64,
+        held: &mut Held,
+        progress: &Progress,
+    ) -> Result<ScalarGrid> {
+        let dim = self.req.dim;
+        let mut trainer = GridTrainer::new(dim, model.partitions());
+        let reading = progress.phase(
+            "reading vectors for the scalar grid",
+            Some(build::physical_rows(self.req.snapshot, self.fragments)),
+        );
+        let mut picked = Vec::new();
+        build::scan_vectors(
+            self.req.snapshot,
+            self.req.column,
+            self.fragments,
+            self.batch_rows,
+            &reading,
+            |rows| {
+                picked.clear();
+                for (addr, v) in rows.addrs.iter().zip(rows.values.chunks_exact(dim)) {
+                    if sample_key(*addr) <= bound {
+                        picked.extend_from_slice(v);
+                    }
+                }
+                let assigned = build::assign_partitions(model, &picked);
+                for (row, p) in picked.chunks_exact(dim).zip(&assigned) {
+                    trainer.offer(row, *p as usize);
+                }
+                held.touch(trainer.bytes() + picked.len() * 4 + batch_bytes(&rows));
+                Ok::<_, IndexError>(())
+            },
+        )
+        .await?;
+        reading.finish();
+        Ok(trainer.finish())
     }
 
     /// Pass 2: the partition of each of the `rows` rows, each row appended to `spill` with

@@ -109,6 +109,57 @@ impl BottomK {
     }
 }
 
+/// The keys of the rows a [`BottomK`] of `capacity` would keep, without their vectors (8
+/// bytes a row): which rows a sample of that size holds can then be told in a later pass
+/// over the same rows, by [`KeyBound::bound`].
+#[derive(Debug)]
+pub struct KeyBound {
+    capacity: usize,
+    heap: BinaryHeap<u64>,
+}
+
+impl KeyBound {
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            heap: BinaryHeap::new(),
+        }
+    }
+
+    pub fn offer(&mut self, addr: u64) {
+        if self.capacity == 0 {
+            return;
+        }
+        let key = sample_key(addr);
+        if self.heap.len() < self.capacity {
+            self.heap.push(key);
+        } else if let Some(mut top) = self.heap.peek_mut()
+            && key < *top
+        {
+            *top = key;
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.heap.capacity() * 8
+    }
+
+    /// The largest key among the `k` smallest offered (`u64::MAX` when fewer were offered,
+    /// `None` for `k = 0`): a row is among a `k`-row sample exactly when
+    /// `sample_key(addr) <= bound`. `k` must not exceed the capacity.
+    pub fn bound(&self, k: usize) -> Option<u64> {
+        if k == 0 {
+            return None;
+        }
+        let mut keys = self.heap.clone().into_sorted_vec();
+        if keys.len() < k {
+            return Some(u64::MAX);
+        }
+        keys.truncate(k);
+        keys.last().copied()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,6 +177,29 @@ mod tests {
         let mut picked: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
         picked.sort();
         picked.into_iter().flat_map(|i| rows[i].1.clone()).collect()
+    }
+
+    proptest! {
+        #[test]
+        fn a_key_bound_tells_the_rows_of_a_sample(
+            addrs in prop::collection::hash_set(any::<u64>(), 0..200),
+            capacity in 0usize..80, k in 0usize..80,
+        ) {
+            let k = k.min(capacity);
+            let addrs: Vec<u64> = addrs.into_iter().collect();
+            let mut bound = KeyBound::new(capacity);
+            let mut sample = BottomK::new(k, 1);
+            for a in &addrs {
+                bound.offer(*a);
+                sample.offer(*a, &[*a as f32]);
+            }
+            let kept = sample.into_sample(k);
+            let told: Vec<f32> = match bound.bound(k) {
+                None => vec![],
+                Some(b) => addrs.iter().filter(|a| sample_key(**a) <= b).map(|a| *a as f32).collect(),
+            };
+            prop_assert_eq!(told, kept);
+        }
     }
 
     #[test]

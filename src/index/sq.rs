@@ -20,7 +20,7 @@
 
 use std::sync::OnceLock;
 
-use super::quantized::{Coder, QuantizedRows, RowTerms, value_range};
+use super::quantized::{Coder, QuantizedRows, RowTerms};
 use crate::format::integrity::crc32c;
 
 /// Bytes after the codes in a row's payload: four bound terms and a checksum.
@@ -54,30 +54,11 @@ impl ScalarGrid {
     /// sample's range for partitions the sample barely saw. Rows that cannot be bounded
     /// (a value not finite or too large) are left out of every range.
     pub fn train(sample: &[f32], dim: usize, assigned: &[u32], partitions: usize) -> Self {
-        let usable = |row: &[f32]| QuantizedRows::can_bound(row);
-        let mut per: Vec<Vec<f32>> = vec![Vec::new(); partitions];
-        let mut all = Vec::new();
+        let mut trainer = GridTrainer::new(dim, partitions);
         for (row, p) in sample.chunks_exact(dim.max(1)).zip(assigned) {
-            if usable(row) {
-                all.extend_from_slice(row);
-                if let Some(rows) = per.get_mut(*p as usize) {
-                    rows.extend_from_slice(row);
-                }
-            }
+            trainer.offer(row, *p as usize);
         }
-        let zero = (vec![0f32; dim], vec![0f32; dim]);
-        let whole = widened(value_range(&all, dim).unwrap_or_else(|| zero.clone()));
-        let (mut lo, mut hi) = (Vec::with_capacity(partitions * dim), Vec::new());
-        for rows in &per {
-            let (l, h) = if rows.len() / dim.max(1) >= MIN_SAMPLE_ROWS {
-                widened(value_range(rows, dim).unwrap_or_else(|| zero.clone()))
-            } else {
-                whole.clone()
-            };
-            lo.extend(l);
-            hi.extend(h);
-        }
-        Self { dim, lo, hi }
+        trainer.finish()
     }
 
     pub fn partitions(&self) -> usize {
@@ -104,6 +85,84 @@ impl ScalarGrid {
             }
         }
         Ok(())
+    }
+}
+
+/// A [`ScalarGrid`] gathered row by row: the ranges [`ScalarGrid::train`] takes from a
+/// sample held whole, from rows offered a batch at a time (ranges do not depend on order, so
+/// the same rows give the same grid). Holds `2 × (partitions + 1) × dim` floats, whatever
+/// the rows: a build within a small budget trains its centroids on a cut sample but its grid
+/// on the full one this way (the grid needs many rows per partition: from 32 a partition's
+/// range is narrow, most rows fall outside it and their bounds rule little out).
+pub struct GridTrainer {
+    dim: usize,
+    lo: Vec<f32>,
+    hi: Vec<f32>,
+    rows: Vec<usize>,
+    whole_lo: Vec<f32>,
+    whole_hi: Vec<f32>,
+    whole_rows: usize,
+}
+
+impl GridTrainer {
+    pub fn new(dim: usize, partitions: usize) -> Self {
+        Self {
+            dim,
+            lo: vec![f32::INFINITY; partitions * dim],
+            hi: vec![f32::NEG_INFINITY; partitions * dim],
+            rows: vec![0; partitions],
+            whole_lo: vec![f32::INFINITY; dim],
+            whole_hi: vec![f32::NEG_INFINITY; dim],
+            whole_rows: 0,
+        }
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        (self.lo.len() + self.hi.len() + 2 * self.dim) * 4 + self.rows.len() * 8
+    }
+
+    /// Takes sample row `row` of partition `p` (a row that cannot be bounded, or of a
+    /// partition past the grid's, counts only where [`ScalarGrid::train`] counts it).
+    pub fn offer(&mut self, row: &[f32], p: usize) {
+        if row.len() != self.dim || !QuantizedRows::can_bound(row) {
+            return;
+        }
+        let extend = |lo: &mut [f32], hi: &mut [f32]| {
+            for ((l, h), v) in lo.iter_mut().zip(hi.iter_mut()).zip(row) {
+                *l = l.min(*v);
+                *h = h.max(*v);
+            }
+        };
+        extend(&mut self.whole_lo, &mut self.whole_hi);
+        self.whole_rows += 1;
+        if p < self.rows.len() {
+            let at = p * self.dim..(p + 1) * self.dim;
+            extend(&mut self.lo[at.clone()], &mut self.hi[at]);
+            self.rows[p] += 1;
+        }
+    }
+
+    pub fn finish(self) -> ScalarGrid {
+        let dim = self.dim;
+        let zero = (vec![0f32; dim], vec![0f32; dim]);
+        let whole = if self.whole_rows == 0 {
+            widened(zero)
+        } else {
+            widened((self.whole_lo, self.whole_hi))
+        };
+        let (mut lo, mut hi) = (Vec::with_capacity(self.lo.len()), Vec::new());
+        for (p, &n) in self.rows.iter().enumerate() {
+            let (l, h) = if n >= MIN_SAMPLE_ROWS {
+                let at = p * dim..(p + 1) * dim;
+                widened((self.lo[at.clone()].to_vec(), self.hi[at].to_vec()))
+            } else {
+                whole.clone()
+            };
+            lo.extend(l);
+            hi.extend(h);
+        }
+        ScalarGrid { dim, lo, hi }
     }
 }
 

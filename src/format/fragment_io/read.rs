@@ -21,7 +21,8 @@ use futures::{StreamExt, TryStreamExt};
 
 use crate::format::error::{FormatError, Result};
 use crate::format::fetch_windows::{
-    FETCH_BYTES, GroupSize, fetch_windows, selected_ranges, window_selection,
+    FETCH_BYTES, GroupSize, concurrent_windows, fetch_windows, selected_ranges, selected_rows,
+    window_selection,
 };
 use crate::format::integrity::parquet_io::{VerifyingReader, format_error, load_verified};
 use crate::format::integrity::units::UnitTable;
@@ -379,18 +380,46 @@ fn read_file(
             starts.push(at);
             at += g.rows;
         }
-        // One window at a time: the next is opened when the last has been read.
-        let reads = windows.into_iter().filter_map(move |w| {
-            let selection = window_selection(
-                selected.as_deref(),
-                starts[w.group],
-                sizes[w.group].rows,
-                &w.rows,
-            )?;
-            Some((w.group, selection))
-        });
+        let reads: Vec<(usize, RowSelection)> = windows
+            .into_iter()
+            .filter_map(|w| {
+                let selection = window_selection(
+                    selected.as_deref(),
+                    starts[w.group],
+                    sizes[w.group].rows,
+                    &w.rows,
+                )?;
+                Some((w.group, selection))
+            })
+            .collect();
+        let at_once = concurrent_windows(
+            reads.iter().map(|(group, selection)| {
+                let g = sizes[*group];
+                selected_rows(selection) * g.bytes.div_ceil(g.rows.max(1))
+            }),
+            FETCH_BYTES,
+        );
+        let reader = Arc::new(reader);
+        if at_once == 1 {
+            // One window at a time: the next is opened when the last has been read.
+            return Ok(stream::iter(reads)
+                .map(move |(group, selection)| reader.stream(Some(group), Some(selection)))
+                .try_flatten()
+                .boxed());
+        }
+        // Windows of few selected rows: several fetched at once, their batches in order.
         Ok(stream::iter(reads)
-            .map(move |(group, selection)| reader.stream(Some(group), Some(selection)))
+            .map(move |(group, selection)| {
+                let reader = reader.clone();
+                async move {
+                    let batches: Vec<RecordBatch> = reader
+                        .stream(Some(group), Some(selection))?
+                        .try_collect()
+                        .await?;
+                    Ok::<_, FormatError>(stream::iter(batches.into_iter().map(Ok)))
+                }
+            })
+            .buffered(at_once)
             .try_flatten()
             .boxed())
     };
