@@ -287,13 +287,13 @@ async fn a_streamed_build_holds_no_more_than_its_budget() {
 
 /// The default training sample (256 rows per partition: 2,048 rows of 8 floats, 128 KiB
 /// with k-means' copy, the whole budget) is cut to half the budget, so the build holds no
-/// more than its budget; never below 32 rows per partition; a sample asked for is kept.
+/// more than its budget; never below 64 rows per partition; a sample asked for is kept.
 #[tokio::test]
 async fn a_default_training_sample_is_cut_to_the_budget() {
     use fragvec::index::build::sample_size_within;
     assert_eq!(sample_size_within(BLOBS, None, DIM, usize::MAX), 2048);
     assert_eq!(sample_size_within(BLOBS, None, DIM, BUDGET), 1024);
-    assert_eq!(sample_size_within(BLOBS, None, DIM, 0), 256);
+    assert_eq!(sample_size_within(BLOBS, None, DIM, 0), 512);
     assert_eq!(sample_size_within(BLOBS, Some(5000), DIM, 0), 5000);
     let snap = table().await;
     let streamed = build_index(

@@ -179,7 +179,7 @@ pub const SAMPLE_BYTES_PER_FLOAT: usize = 8;
 
 /// Fewest training rows per partition a budget cuts a default sample to: below about this
 /// many, k-means leaves centroids placed on a handful of rows (faiss warns under 39).
-pub const MIN_SAMPLE_PER_PARTITION: usize = 32;
+pub const MIN_SAMPLE_PER_PARTITION: usize = 64;
 
 /// The training sample of a build that should hold it within half of `budget_bytes` (the
 /// sample and k-means' copy of it): the `requested` size as asked, or [`sample_size_for`]'s
@@ -198,6 +198,14 @@ pub fn sample_size_within(
     let fits = budget_bytes / 2 / SAMPLE_BYTES_PER_FLOAT.saturating_mul(dim.max(1));
     let floor = partitions.saturating_mul(MIN_SAMPLE_PER_PARTITION);
     sample_size_for(partitions, None).min(fits.max(floor))
+}
+
+/// The rows an IVF_SQ grid is trained on: the training sample, but never fewer than the
+/// default 256 per partition (a partition's range from fewer rows is too narrow: most rows
+/// fall outside it and their bounds rule little out). A streaming build reads them in a pass
+/// of their own when its k-means sample is smaller.
+pub fn grid_sample_size(partitions: usize, requested: Option<usize>) -> usize {
+    sample_size_for(partitions, requested).max(sample_size_for(partitions, None))
 }
 
 /// Trains the IVF model (and PQ codebooks) on a sample of `vectors` (chosen as
@@ -221,7 +229,23 @@ pub fn train(
         sample.offer(*addr, v);
     }
     let sample = sample.into_sample(sample_size);
-    train_on_sample(&sample, dim, metric, kind, num_partitions, progress)
+    let mut model = train_on_sample(&sample, dim, metric, kind, num_partitions, progress)?;
+    let grid_rows = grid_sample_size(num_partitions, Some(sample_size));
+    if model.sq.is_some() && grid_rows > sample_size {
+        // The grid on the larger sample, as a streaming build trains it.
+        let mut larger = BottomK::new(grid_rows, dim);
+        for (addr, v) in vectors
+            .addrs
+            .iter()
+            .zip(vectors.values.chunks_exact(dim.max(1)))
+        {
+            larger.offer(*addr, v);
+        }
+        let larger = larger.into_sample(grid_rows);
+        let assigned = assign_partitions(&model, &larger);
+        model.sq = Some(ScalarGrid::train(&larger, dim, &assigned, num_partitions));
+    }
+    Ok(model)
 }
 
 /// Trains the IVF model (and PQ codebooks) on `sample` (`n × dim`, in stream order), reporting

@@ -35,7 +35,7 @@
 //! 1/64 of the segment when that is more); a read batch of at most `B/16` of vector data,
 //! its live rows, their prepared copy and payloads; the spill's write buffers (≤ `B/16`)
 //! or one read chunk (≤ `B/16`); during pass 1 and training, the sample (two copies while
-//! training, ≤ `B/2`: the default of 256 rows per partition is cut to fit, down to 32 rows
+//! training, ≤ `B/2`: the default of 256 rows per partition is cut to fit, down to 64 rows
 //! per partition; a `sample_size` asked for is kept as asked; see
 //! [`build::sample_size_within`]). Outside the count: up to [`UPLOAD_BYTES`] of upload parts and the Parquet
 //! reader's fetched pages, at most about [`FETCH_BYTES`] at a time whatever the row group's
@@ -306,7 +306,7 @@ impl Scan<'_> {
         let mut sample = BottomK::new(capacity, dim);
         // A cut sample trains the centroids; an IVF_SQ grid wants the full one, whose rows
         // are told apart by their keys in one more pass (see `sq::GridTrainer`).
-        let full = build::sample_size_for(most_partitions, self.req.sample_size);
+        let full = build::grid_sample_size(most_partitions, self.req.sample_size);
         let mut grid_keys =
             (*self.req.kind == IndexKind::IvfSq && capacity < full).then(|| KeyBound::new(full));
         let reading = progress.phase(
@@ -345,7 +345,7 @@ impl Scan<'_> {
                 .map_err(|reason| self.build_error(reason))?;
         drop(sample);
         let mut passes = 1;
-        let full = build::sample_size_for(partitions, self.req.sample_size);
+        let full = build::grid_sample_size(partitions, self.req.sample_size);
         if let Some(bound) = grid_keys.and_then(|keys| keys.bound(full)) {
             model.sq = Some(self.train_grid(&model, bound, held, progress).await?);
             passes += 1;
