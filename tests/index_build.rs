@@ -206,6 +206,29 @@ async fn build_both(
     (whole, streamed)
 }
 
+/// The 10 nearest rows to `q` (L2) by index `index` at `nprobes`.
+async fn knn(
+    snap: &Snapshot,
+    index: &str,
+    q: &[f32],
+    nprobes: usize,
+    cache: &IndexCache,
+) -> fragvec::index::knn::KnnAnswer {
+    let request = KnnRequest {
+        snapshot: snap,
+        column: "emb",
+        vector: q,
+        metric: Metric::L2,
+        k: 10,
+        index: snap.manifest.index(index),
+        nprobes,
+        refine_factor: 1,
+        mask: None,
+        undefined_first: false,
+    };
+    search(request, cache).await.unwrap()
+}
+
 /// The live non-NULL rows of [`table`].
 fn live_vectors(snap: &Snapshot) -> u64 {
     let mut n = 0;
@@ -332,19 +355,7 @@ async fn streamed_and_in_memory_indexes_answer_knn_alike() {
         let q: Vec<f32> = (0..DIM).map(|_| rng.random_range(-2.0f32..12.0)).collect();
         let mut answers = Vec::new();
         for name in ["whole", "streamed"] {
-            let request = KnnRequest {
-                snapshot: &snap,
-                column: "emb",
-                vector: &q,
-                metric: Metric::L2,
-                k: 10,
-                index: snap.manifest.index(name),
-                nprobes: 2,
-                refine_factor: 1,
-                mask: None,
-                undefined_first: false,
-            };
-            let answer = search(request, &cache).await.unwrap();
+            let answer = knn(&snap, name, &q, 2, &cache).await;
             assert_eq!(answer.stats.segments_searched, 1);
             answers.push(
                 answer
@@ -388,19 +399,7 @@ async fn an_ivf_sq_build_on_a_cut_sample_trains_its_grid_on_the_full_sample() {
         let q: Vec<f32> = (0..DIM).map(|_| rng.random_range(-2.0f32..12.0)).collect();
         let mut answers = Vec::new();
         for name in ["sq", "flat"] {
-            let request = KnnRequest {
-                snapshot: &snap,
-                column: "emb",
-                vector: &q,
-                metric: Metric::L2,
-                k: 10,
-                index: snap.manifest.index(name),
-                nprobes: BLOBS,
-                refine_factor: 1,
-                mask: None,
-                undefined_first: false,
-            };
-            let answer = search(request, &cache).await.unwrap();
+            let answer = knn(&snap, name, &q, BLOBS, &cache).await;
             answers.push(answer.candidates.iter().map(|c| c.addr).collect::<Vec<_>>());
         }
         assert_eq!(answers[0], answers[1], "query {q:?}");

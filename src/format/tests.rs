@@ -37,9 +37,13 @@ async fn write(snap: &Snapshot, ids: std::ops::Range<i64>) -> Vec<WrittenFragmen
 }
 
 async fn append(snap: &Snapshot, ids: std::ops::Range<i64>) -> Result<Snapshot> {
+    commit_written(snap, write(snap, ids).await).await
+}
+
+/// Commits `written` fragments to `snap`'s table as one append of fresh rows.
+async fn commit_written(snap: &Snapshot, written: Vec<WrittenFragment>) -> Result<Snapshot> {
     let mut txn = Transaction::new(Operation::Append, snap.version());
-    txn.appends = write(snap, ids)
-        .await
+    txn.appends = written
         .into_iter()
         .map(|w| NewFragment {
             written: w,
@@ -498,15 +502,7 @@ async fn unstorable_types_round_trip_through_fragments() {
         .clone();
     assert!(matches!(stored.field(1).data_type(), DataType::Struct(_)));
     assert_eq!(stored.field(4).data_type(), &DataType::Utf8);
-    let mut txn = Transaction::new(Operation::Append, snap.version());
-    txn.appends = written
-        .into_iter()
-        .map(|w| NewFragment {
-            written: w,
-            row_ids: NewRowIds::Fresh,
-        })
-        .collect();
-    let snap = commit(&snap.dir, &snap.manifest, &txn).await.unwrap();
+    let snap = commit_written(&snap, written).await.unwrap();
     let read = |schema: SchemaRef| {
         let snap = snap.clone();
         async move {
@@ -620,15 +616,7 @@ async fn a_large_row_group_is_fetched_in_bounded_windows() {
     )
     .await
     .unwrap();
-    let mut txn = Transaction::new(Operation::Append, snap.version());
-    txn.appends = written
-        .into_iter()
-        .map(|w| NewFragment {
-            written: w,
-            row_ids: NewRowIds::Fresh,
-        })
-        .collect();
-    let snap = commit(&snap.dir, &snap.manifest, &txn).await.unwrap();
+    let snap = commit_written(&snap, written).await.unwrap();
     let frag = &snap.manifest.fragments[0];
     let floats = |batches: Vec<RecordBatch>| -> Vec<f32> {
         batches
