@@ -677,7 +677,10 @@ async fn a_large_row_group_is_fetched_in_bounded_windows() {
             .try_collect()
             .await
             .unwrap();
-    assert_eq!(again.iter().map(|b| b.num_rows()).sum::<usize>(), offsets.len());
+    assert_eq!(
+        again.iter().map(|b| b.num_rows()).sum::<usize>(),
+        offsets.len()
+    );
     let fetched = store.round_trips().since(&before).bytes_read;
     assert!(fetched <= 5 * 24 * 1024, "5 rows fetched {fetched} bytes");
 
