@@ -220,28 +220,26 @@ pub fn train(
     sample_size: usize,
     progress: &Progress,
 ) -> std::result::Result<IvfModel, String> {
-    let mut sample = BottomK::new(sample_size, dim);
+    // An IVF_SQ grid takes a larger sample of the same rows (as a streaming build's does):
+    // both from one bottom-k.
+    let grid_rows = grid_sample_size(num_partitions, Some(sample_size));
+    let held = if *kind == IndexKind::IvfSq {
+        grid_rows.max(sample_size)
+    } else {
+        sample_size
+    };
+    let mut rows = BottomK::new(held, dim);
     for (addr, v) in vectors
         .addrs
         .iter()
         .zip(vectors.values.chunks_exact(dim.max(1)))
     {
-        sample.offer(*addr, v);
+        rows.offer(*addr, v);
     }
-    let sample = sample.into_sample(sample_size);
+    let sample = rows.sample(sample_size);
     let mut model = train_on_sample(&sample, dim, metric, kind, num_partitions, progress)?;
-    let grid_rows = grid_sample_size(num_partitions, Some(sample_size));
     if model.sq.is_some() && grid_rows > sample_size {
-        // The grid on the larger sample, as a streaming build trains it.
-        let mut larger = BottomK::new(grid_rows, dim);
-        for (addr, v) in vectors
-            .addrs
-            .iter()
-            .zip(vectors.values.chunks_exact(dim.max(1)))
-        {
-            larger.offer(*addr, v);
-        }
-        let larger = larger.into_sample(grid_rows);
+        let larger = rows.sample(grid_rows);
         let assigned = assign_partitions(&model, &larger);
         model.sq = Some(ScalarGrid::train(&larger, dim, &assigned, num_partitions));
     }

@@ -95,7 +95,13 @@ impl BottomK {
     /// The rows with the `k` smallest keys (all rows held, when fewer), as a flat `n × dim`
     /// matrix in stream order.
     pub fn into_sample(self, k: usize) -> Vec<f32> {
-        let mut kept = self.heap.into_vec();
+        self.sample(k)
+    }
+
+    /// [`Self::into_sample`] without giving up the rows: a smaller sample of the same rows
+    /// is the first rows of a larger one by key, so one pass can serve both.
+    pub fn sample(&self, k: usize) -> Vec<f32> {
+        let mut kept: Vec<(u64, usize)> = self.heap.iter().copied().collect();
         kept.sort_unstable();
         kept.truncate(k);
         let mut slots: Vec<usize> = kept.into_iter().map(|(_, slot)| slot).collect();
