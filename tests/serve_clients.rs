@@ -74,6 +74,7 @@ fn real_clients_against_fragvec_serve() {
     let server = Server::start(&dir.path().join("fragvec"));
     for script in [
         "psycopg_pgvector.py",
+        "copy_in.py",
         "asyncpg_vector.py",
         "concurrent_model.py",
         "limits.py",
@@ -97,6 +98,19 @@ fn real_clients_against_fragvec_serve() {
         "psql INSERT",
     );
     assert!(inserted.contains("INSERT 0 3"), "{inserted}");
+    // psql's \copy streams a client-side file through COPY FROM STDIN.
+    let csv = dir.path().join("more.csv");
+    std::fs::write(&csv, "id,emb\n4,\"[1,1,0]\"\n5,\"[0,1,1]\"\n").unwrap();
+    let copied = run_ok(
+        psql_c(&format!(
+            "\\copy docs (id, emb) FROM '{}' WITH (FORMAT csv, HEADER true)",
+            csv.display()
+        )),
+        "psql \\copy",
+    );
+    assert!(copied.contains("COPY 2"), "{copied}");
+    let deleted = run_ok(psql_c("DELETE FROM docs WHERE id > 3"), "psql DELETE");
+    assert!(deleted.contains("DELETE 2"), "{deleted}");
     let listed = run_ok(psql_c("\\dt"), "psql \\dt");
     assert!(
         listed.contains("docs") && listed.contains("table"),

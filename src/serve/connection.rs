@@ -18,17 +18,19 @@ use datafusion::arrow::datatypes::Schema;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{Expr, Value, Visit, Visitor};
 use futures::{Sink, SinkExt, stream};
+use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{
-    DescribePortalResponse, DescribeResponse, DescribeStatementResponse, FieldFormat, FieldInfo,
-    QueryResponse, Response, Tag,
+    CopyResponse, DescribePortalResponse, DescribeResponse, DescribeStatementResponse, FieldFormat,
+    FieldInfo, QueryResponse, Response, Tag,
 };
 use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionHandle, DEFAULT_NAME, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::messages::data::{NoData, ParameterDescription, RowDescription};
 use pgwire::messages::extendedquery::{
     Bind, BindComplete, Describe, Parse, ParseComplete, TARGET_TYPE_BYTE_PORTAL,
@@ -38,6 +40,7 @@ use pgwire::messages::response::NoticeResponse;
 use tokio::sync::OnceCell;
 
 use super::bound_insert::{self, InsertShape};
+use super::copy_in::CopyIn;
 use super::params;
 use super::pg_catalog;
 use super::run::{CancelSignal, Output, Runner, df_error, error_info};
@@ -92,6 +95,8 @@ pub struct Connection {
     settings: Mutex<Settings>,
     /// Results of statements run at Describe of a portal, by portal identity, for Execute.
     described: Mutex<HashMap<usize, Vec<Result<Output, ErrorInfo>>>>,
+    /// The `COPY ... FROM STDIN` taking this connection's CopyData messages.
+    copy_in: Mutex<Option<Box<CopyIn>>>,
 }
 
 impl Connection {
@@ -103,6 +108,7 @@ impl Connection {
             block: Mutex::default(),
             settings: Mutex::new(settings),
             described: Mutex::default(),
+            copy_in: Mutex::default(),
         }
     }
 
@@ -174,9 +180,19 @@ fn user_error(e: ErrorInfo) -> PgWireError {
 }
 
 /// pgwire's response for one statement's output, its rows in the formats `binary(i)` asks.
-fn response(out: Result<Output, ErrorInfo>, binary: &dyn Fn(usize) -> bool) -> Response {
+/// A COPY FROM STDIN goes to `copy_in`, to take the data that follows.
+fn response(
+    out: Result<Output, ErrorInfo>,
+    binary: &dyn Fn(usize) -> bool,
+    copy_in: &Mutex<Option<Box<CopyIn>>>,
+) -> Response {
     match out {
         Err(e) => Response::Error(Box::new(e)),
+        Ok(Output::CopyIn(copy)) => {
+            let (format, columns) = copy.response_shape();
+            *copy_in.lock().expect("lock") = Some(copy);
+            Response::CopyIn(CopyResponse::new(format, columns, stream::empty()))
+        }
         Ok(Output::Command(tag)) => Response::Execution(Tag::new(&tag)),
         Ok(Output::Control { tag, opened, .. }) => match opened {
             Some(true) => Response::TransactionStart(Tag::new(tag)),
@@ -241,8 +257,81 @@ impl SimpleQueryHandler for Connection {
         send_warnings(client, &mut outputs).await?;
         Ok(outputs
             .into_iter()
-            .map(|o| response(o, &|_| false))
+            .map(|o| response(o, &|_| false, &self.copy_in))
             .collect())
+    }
+}
+
+/// A COPY's data: decoded and written as it arrives, committed at CopyDone
+/// ([`super::copy_in`]). The connection loop ([`super::socket`]) answers CopyDone's
+/// ReadyForQuery itself, with the transaction block's status.
+#[async_trait]
+impl CopyHandler for Connection {
+    async fn on_copy_data<C>(&self, _client: &mut C, data: CopyData) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        // Out of the lock while it awaits the writer (this connection's messages come one
+        // at a time, so nothing else wants it meanwhile).
+        let copy = self.copy_in.lock().expect("lock").take();
+        if let Some(mut copy) = copy {
+            copy.data(&data.data).await;
+            *self.copy_in.lock().expect("lock") = Some(copy);
+        }
+        Ok(())
+    }
+
+    async fn on_copy_done<C>(&self, client: &mut C, _done: CopyDone) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let copy = self.copy_in.lock().expect("lock").take();
+        let Some(copy) = copy else {
+            return Err(user_error(error_info(
+                code::PROTOCOL_VIOLATION,
+                "CopyDone without a COPY FROM STDIN",
+            )));
+        };
+        let sql = copy.sql();
+        match copy.done().await {
+            Ok(rows) => {
+                {
+                    let mut block = self.block.lock().expect("lock");
+                    if block.is_open() {
+                        block.ran(&sql, true);
+                    }
+                }
+                client
+                    .feed(PgWireBackendMessage::CommandComplete(
+                        Tag::new("COPY").with_rows(rows as usize).into(),
+                    ))
+                    .await?;
+                Ok(())
+            }
+            Err(e) => {
+                self.block.lock().expect("lock").failed();
+                Err(user_error(e))
+            }
+        }
+    }
+
+    async fn on_copy_fail<C>(&self, _client: &mut C, fail: CopyFail) -> PgWireError
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        // Dropping the COPY stops its writer before any commit.
+        drop(self.copy_in.lock().expect("lock").take());
+        self.block.lock().expect("lock").failed();
+        user_error(error_info(
+            code::QUERY_CANCELED,
+            format!("COPY from stdin failed: {}", fail.message),
+        ))
     }
 }
 
@@ -563,7 +652,7 @@ impl ExtendedQueryHandler for Connection {
         let binary = |i| portal.result_column_format.format_for(i) == FieldFormat::Binary;
         match outputs.pop() {
             Some(Err(e)) => Err(user_error(e)),
-            Some(out) => Ok(response(out, &binary)),
+            Some(out) => Ok(response(out, &binary, &self.copy_in)),
             None => Ok(Response::EmptyQuery),
         }
     }

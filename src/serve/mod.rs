@@ -11,12 +11,15 @@
 //! ([`run`]); the files here speak the protocol ([`connection`]), splice bound parameters
 //! ([`params`]), encode values ([`types`]), answer catalog queries ([`pg_catalog`]), map
 //! errors to SQLSTATEs ([`sqlstate`]), and keep transaction blocks honest ([`transaction`]).
-//! Authentication and TLS are in [`auth`]. The Arrow Flight SQL endpoint (`--flight`) is
+//! Authentication and TLS are in [`auth`]; the message loop and its socket, which sends an
+//! answer in one write, in [`socket`]. The Arrow Flight SQL endpoint (`--flight`) is
 //! [`flight`], over the same root session.
 
 pub mod auth;
 pub mod bound_insert;
 pub mod connection;
+pub mod copy_format;
+pub mod copy_in;
 pub mod files;
 #[cfg(feature = "flight")]
 pub mod flight;
@@ -24,6 +27,7 @@ pub mod params;
 pub mod pg_catalog;
 pub mod run;
 pub mod settings;
+pub mod socket;
 pub mod sqlstate;
 pub mod transaction;
 pub mod types;
@@ -190,7 +194,7 @@ impl PgServer {
                     return;
                 }
                 // A broken or hostile client ends its own connection, nothing else.
-                let _ = pgwire::tokio::process_socket(socket, tls, handlers).await;
+                let _ = socket::process_socket(socket, tls, handlers).await;
                 drop(permit);
             });
             // Reap finished connections so the set does not grow with every client.
@@ -249,5 +253,9 @@ impl PgWireServerHandlers for Handlers {
 
     fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
         self.cancel.clone()
+    }
+
+    fn copy_handler(&self) -> Arc<impl pgwire::api::copy::CopyHandler> {
+        self.connection.clone()
     }
 }

@@ -15,6 +15,7 @@ use futures::channel::oneshot;
 use pgwire::error::ErrorInfo;
 
 use super::bound_insert::{InsertShape, Value as InsertValue};
+use super::copy_in::{self, CopyIn};
 use super::files::AllowedFiles;
 use super::pg_catalog;
 use super::settings::{self, SettingStatement, Settings};
@@ -32,6 +33,8 @@ pub enum Output {
     Rows(StatementResult),
     /// A statement without rows, with its command tag (`INSERT 0 3`, `CREATE TABLE`).
     Command(String),
+    /// A `COPY ... FROM STDIN` waiting for its data (the connection keeps it until CopyDone).
+    CopyIn(Box<CopyIn>),
     /// A transaction-control statement: its tag, whether it opened or closed a block, and a
     /// warning to send before it.
     Control {
@@ -109,6 +112,9 @@ impl Runner<'_> {
     pub async fn run(&self, sql: &str) -> Vec<Result<Output, ErrorInfo>> {
         // Control and PostgreSQL settings first: some never parse as DataFusion SQL
         // (`SET TIME ZONE LOCAL`, `DISCARD ALL`), and they need no session.
+        if let Some(copy) = copy_in::parse(sql) {
+            return vec![self.start_copy(copy).await];
+        }
         if let Some(out) = self.special(sql) {
             return vec![out];
         }
@@ -165,8 +171,8 @@ impl Runner<'_> {
         if lower.starts_with("copy") && (lower.contains("stdin") || lower.contains("stdout")) {
             return Some(Err(error_info(
                 code::FEATURE_NOT_SUPPORTED,
-                "COPY FROM STDIN / TO STDOUT is not supported by fragvec serve yet: insert rows \
-                 with INSERT (psycopg's executemany pipelines them) and read them with SELECT",
+                "fragvec serve runs COPY FROM STDIN alone in its query string, and not COPY TO \
+                 STDOUT yet: read rows with SELECT",
             )));
         }
         let setting = settings::parse(sql)?;
@@ -223,6 +229,27 @@ impl Runner<'_> {
         self.guarded(kind, text, outcome)
             .await
             .expect("a statement always answers")
+    }
+
+    /// Starts a `COPY ... FROM STDIN`: a write, admitted as one into a transaction block.
+    async fn start_copy(
+        &self,
+        copy: Result<copy_in::CopyStatement, ErrorInfo>,
+    ) -> Result<Output, ErrorInfo> {
+        if let Err(e) = self.block.lock().expect("lock").admit() {
+            return Err(error_info(e.sqlstate, e.message));
+        }
+        let started = match copy {
+            Ok(statement) => CopyIn::start(self.session, statement).await,
+            Err(e) => Err(e),
+        };
+        match started {
+            Ok(copy) => Ok(Output::CopyIn(Box::new(copy))),
+            Err(e) => {
+                self.block.lock().expect("lock").failed();
+                Err(e)
+            }
+        }
     }
 
     /// A prepared INSERT of bound values appended without SQL text

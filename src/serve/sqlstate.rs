@@ -38,6 +38,9 @@ pub mod code {
     pub const INVALID_TRANSACTION_TERMINATION: &str = "2D000";
     pub const PROTOCOL_VIOLATION: &str = "08P01";
     pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
+    pub const NOT_NULL_VIOLATION: &str = "23502";
+    pub const DUPLICATE_COLUMN: &str = "42701";
+    pub const INVALID_TEXT_REPRESENTATION: &str = "22P02";
 }
 
 /// The SQLSTATE of `e`.
@@ -59,6 +62,12 @@ pub fn of(e: &DataFusionError) -> &'static str {
             datafusion::arrow::error::ArrowError::DivideByZero => code::DIVISION_BY_ZERO,
             datafusion::arrow::error::ArrowError::CastError(_)
             | datafusion::arrow::error::ArrowError::ParseError(_) => "22P02",
+            // A NULL into a NOT NULL column, as Arrow words it when INSERT builds its batch.
+            datafusion::arrow::error::ArrowError::InvalidArgumentError(m)
+                if m.contains("non-nullable but contains null") =>
+            {
+                code::NOT_NULL_VIOLATION
+            }
             _ => code::DATA_EXCEPTION,
         },
         DataFusionError::Plan(m) => plan_state(m),
@@ -127,6 +136,8 @@ fn format_state(f: &FormatError) -> &'static str {
         FormatError::NotFound(_) => code::UNDEFINED_TABLE,
         FormatError::AlreadyExists(_) => code::DUPLICATE_TABLE,
         FormatError::VersionNotFound { .. } => code::INVALID_PARAMETER_VALUE,
+        // The write's own check (`format::conform`), worded there.
+        FormatError::InvalidInput(m) if m.contains("is NOT NULL but") => code::NOT_NULL_VIOLATION,
         FormatError::InvalidInput(_) => code::INVALID_PARAMETER_VALUE,
         FormatError::Conflict { .. } => code::SERIALIZATION_FAILURE,
         FormatError::Corrupt { .. } => code::DATA_CORRUPTED,
@@ -175,6 +186,11 @@ mod tests {
             code::UNDEFINED_TABLE
         );
         assert_eq!(state_of(&s, "SELECT 1 / 0").await, code::DIVISION_BY_ZERO);
+        s.sql("CREATE TABLE k (id BIGINT NOT NULL)").await.unwrap();
+        assert_eq!(
+            state_of(&s, "INSERT INTO k VALUES (NULL)").await,
+            code::NOT_NULL_VIOLATION
+        );
     }
 
     #[test]

@@ -2,8 +2,8 @@
 # psql against `fragvec serve` (or PostgreSQL 16 + pgvector as the reference).
 #
 # psql's backslash commands are catalog queries (pg_class, pg_namespace, pg_attribute, ...; their
-# texts are in CAPTURED.md): \dt, \dt+, \d, \d TABLE and \l must answer with the table, its
-# columns and the database. Then a KNN query, and errors: with VERBOSITY verbose the SQLSTATE
+# texts are in CAPTURED.md): \dt, \dt+, \d, \d TABLE, \di and \l must answer with the table,
+# its columns, its vector index and the database. Then a KNN query, and errors: with VERBOSITY verbose the SQLSTATE
 # appears in the message, and with ON_ERROR_STOP psql exits 3.
 #
 # Env: PGHOST PGPORT PGUSER PGPASSWORD PGDATABASE, FRAGVEC_PSQL (default: psql on PATH),
@@ -78,6 +78,20 @@ has "^Table \"[a-z_]+\\.$t\"|^ *Table \"[a-z_]+\\.$t\""
 has '^ *id *\| *bigint *\|'
 has '^ *category *\| *integer *\|'
 has '^ *emb *\| *vector\(3\) *\|'
+
+step="\\d TABLE lists its vector index"
+if [ "$target" = postgres ]; then
+    q -c "CREATE INDEX ${t}_idx ON $t USING ivfflat (emb vector_l2_ops) WITH (lists = 1)"
+    q -c "\\d $t"
+    has "^ *\"${t}_idx\" ivfflat \\(emb vector_l2_ops\\)"
+else
+    q -c "CREATE VECTOR INDEX ${t}_idx ON $t (emb) USING IVF_FLAT WITH (num_partitions = 1)"
+    q -c "\\d $t"
+    has "^Indexes:"
+    has "^ *\"${t}_idx\" ivf_flat \\(emb\\) WITH \\(num_partitions=1, metric=l2\\)"
+    q -c "\\di"
+    has "\\| *${t}_idx *\\| *index *\\|"
+fi
 
 step="\\l lists the database"
 q -c '\l'

@@ -187,7 +187,6 @@ impl FragvecSession {
         batch: datafusion::arrow::array::RecordBatch,
     ) -> Result<StatementResult> {
         use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-        self.plans.clear();
         let snapshot = &target.0;
         if batch.num_columns() != snapshot.schema.fields().len() {
             return datafusion::common::plan_err!(
@@ -202,8 +201,19 @@ impl FragvecSession {
             schema,
             futures::stream::iter([Ok(batch)]),
         ));
-        let n =
-            crate::engine::write::append_streams(snapshot, vec![stream], &self.progress()).await?;
-        StatementResult::count(n)
+        StatementResult::count(self.append_stream(target, stream).await?)
+    }
+
+    /// Appends the batches of `stream` (each as [`Self::append_batch`] takes one) as one
+    /// commit when it ends; an error from the stream ends the append without a commit.
+    /// Fragments are written as the rows arrive, so the stream is never held whole. Returns
+    /// the number of rows appended.
+    pub async fn append_stream(
+        &self,
+        target: &AppendTarget,
+        stream: datafusion::execution::SendableRecordBatchStream,
+    ) -> Result<u64> {
+        self.plans.clear();
+        crate::engine::write::append_streams(&target.0, vec![stream], &self.progress()).await
     }
 }

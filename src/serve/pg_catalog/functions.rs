@@ -1,15 +1,17 @@
 //! The catalog's functions (`format_type`, `pg_table_is_visible`, `version`, ...), answering
 //! as a single-database, single-owner server.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::serve::types::VECTOR_OID;
 use datafusion::arrow::array::{Array, ArrayRef, Int32Array, Int64Array, StringArray};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{Result, ScalarValue, exec_err};
-use datafusion::logical_expr::{ColumnarValue, Volatility, create_udf};
+use datafusion::logical_expr::expr_fn::SimpleScalarUDF;
+use datafusion::logical_expr::{ColumnarValue, Signature, TypeSignature, Volatility, create_udf};
 
-use super::rows::{table_oid, type_name, type_oid};
+use super::rows::{IndexRow, table_oid, type_name, type_oid};
 use crate::FragvecSession;
 
 /// The catalog's functions.
@@ -81,7 +83,11 @@ pub(super) fn register_functions(session: &FragvecSession, database: &str) {
             ScalarValue::Utf8(Some("UTF8".into())),
         ),
         constant("pg_get_expr", vec![Utf8, Int64], ScalarValue::Utf8(None)),
-        constant("pg_get_indexdef", vec![Int64], ScalarValue::Utf8(None)),
+        constant(
+            "pg_get_constraintdef",
+            vec![Int64, Boolean],
+            ScalarValue::Utf8(None),
+        ),
         constant("pg_table_size", vec![Int64], ScalarValue::Int64(None)),
         constant(
             "pg_total_relation_size",
@@ -175,7 +181,44 @@ pub(super) fn register_functions(session: &FragvecSession, database: &str) {
             })
         }),
     ));
-    let _ = Boolean;
+}
+
+/// `pg_get_indexdef(oid)` and psql's `pg_get_indexdef(oid, column, pretty)`: the definitions
+/// of `indexes` (as the catalog last read them); NULL for any other OID.
+pub(super) fn register_indexdef(session: &FragvecSession, indexes: Vec<IndexRow>) {
+    use DataType::{Boolean, Int64, Utf8};
+    let definitions: HashMap<i64, String> =
+        indexes.into_iter().map(|i| (i.oid, i.definition)).collect();
+    let signature = Signature::one_of(
+        vec![
+            TypeSignature::Exact(vec![Int64]),
+            TypeSignature::Exact(vec![Int64, Int64, Boolean]),
+        ],
+        Volatility::Stable,
+    );
+    let fun = Arc::new(move |args: &[ColumnarValue]| {
+        let definition = |v: ScalarValue| match v {
+            ScalarValue::Int64(Some(oid)) => definitions.get(&oid).cloned(),
+            _ => None,
+        };
+        Ok(match &args[0] {
+            ColumnarValue::Scalar(v) => {
+                ColumnarValue::Scalar(ScalarValue::Utf8(definition(v.clone())))
+            }
+            ColumnarValue::Array(a) => {
+                let out: StringArray = (0..a.len())
+                    .map(|i| ScalarValue::try_from_array(a, i).map(definition))
+                    .collect::<Result<Vec<_>>>()?
+                    .into_iter()
+                    .collect();
+                ColumnarValue::Array(Arc::new(out))
+            }
+        })
+    });
+    let udf = SimpleScalarUDF::new_with_signature("pg_get_indexdef", signature, Utf8, fun);
+    session
+        .context()
+        .register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(udf));
 }
 
 /// `format_type(oid, typmod)` as psql shows a column's type.

@@ -30,7 +30,7 @@ use datafusion::sql::sqlparser::ast::VisitMut;
 
 pub use self::functions::format_type;
 use self::rewrite::{EmptyRelations, Rewrite};
-pub use self::rows::{table_oid, type_name, type_oid};
+pub use self::rows::{index_oid, table_oid, type_name, type_oid};
 use crate::FragvecSession;
 use crate::sql::FragvecStatement;
 
@@ -90,7 +90,10 @@ pub fn install(
     settings: &[(String, String)],
 ) -> Result<()> {
     register(session, rows::static_tables(database, settings)?)?;
+    // pg_index's first rows: until a statement reads the catalog, no table has an index.
+    register(session, rows::no_indexes()?)?;
     functions::register_functions(session, database);
+    functions::register_indexdef(session, vec![]);
     Ok(())
 }
 
@@ -121,11 +124,13 @@ pub async fn prepare(
     // Empty relations first: their queries go whole, before anything is rewritten in them.
     let _ = inner.visit(&mut EmptyRelations);
     let _ = inner.visit(&mut Rewrite);
-    if ["pg_class", "pg_attribute", "pg_tables"]
+    if ["pg_class", "pg_attribute", "pg_tables", "pg_index"]
         .iter()
         .any(|t| text.contains(t))
     {
-        register(session, rows::table_tables(session).await?)?;
+        let (tables, indexes) = rows::table_tables(session).await?;
+        register(session, tables)?;
+        functions::register_indexdef(session, indexes);
     }
     Ok(true)
 }

@@ -493,6 +493,8 @@ pub(super) fn static_tables(
                 ("conrelid", i64s([])),
                 ("contype", strs(Vec::<&str>::new())),
                 ("conindid", i64s([])),
+                ("condeferrable", bools([])),
+                ("condeferred", bools([])),
             ])?,
         ),
         (
@@ -503,26 +505,87 @@ pub(super) fn static_tables(
                 ("pronamespace", i64s([])),
             ])?,
         ),
-        (
-            "pg_index",
-            batch(vec![
-                ("indexrelid", i64s([])),
-                ("indrelid", i64s([])),
-                ("indnatts", i16s([])),
-                ("indisunique", bools([])),
-                ("indisprimary", bools([])),
-                ("indisclustered", bools([])),
-                ("indisvalid", bools([])),
-                ("indkey", strs(Vec::<&str>::new())),
-            ])?,
-        ),
     ])
 }
 
-/// `pg_class`, `pg_attribute` and `pg_tables` of the session's tables (views too).
+/// `pg_index` with no rows.
+pub(super) fn no_indexes() -> Result<Vec<(&'static str, RecordBatch)>> {
+    Ok(vec![("pg_index", index_batch(&[])?)])
+}
+
+fn index_batch(indexes: &[IndexRow]) -> Result<RecordBatch> {
+    let k = indexes.len();
+    batch(vec![
+        ("indexrelid", i64s(indexes.iter().map(|i| i.oid))),
+        ("indrelid", i64s(indexes.iter().map(|i| i.table_oid))),
+        ("indnatts", i16s(vec![1; k])),
+        ("indisunique", bools(vec![false; k])),
+        ("indisprimary", bools(vec![false; k])),
+        ("indisclustered", bools(vec![false; k])),
+        ("indisvalid", bools(vec![true; k])),
+        ("indisreplident", bools(vec![false; k])),
+        ("indkey", strs(vec!["1"; k])),
+    ])
+}
+
+/// One vector index as the catalog shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct IndexRow {
+    pub oid: i64,
+    pub name: String,
+    pub table_oid: i64,
+    /// What `pg_get_indexdef` gives.
+    pub definition: String,
+}
+
+/// The OID of index `index` of table `table` (index names are per table in fragvec).
+pub fn index_oid(table: &str, index: &str) -> i64 {
+    table_oid(&format!("{table}\0{index}"))
+}
+
+/// An index's definition in PostgreSQL's form, which psql's `\d TABLE` shows from
+/// ` USING ` on: `"items_idx" ivf_flat (emb) WITH (num_partitions=447, metric=l2)`.
+pub(super) fn index_definition(table: &str, def: &crate::format::index_meta::IndexDef) -> String {
+    use crate::format::index_meta::IndexKind;
+    let mut with = format!("num_partitions={}", def.num_partitions);
+    if let IndexKind::IvfPq { num_sub_vectors } = def.kind {
+        with.push_str(&format!(", num_sub_vectors={num_sub_vectors}"));
+    }
+    with.push_str(&format!(", metric={}", def.metric.as_str()));
+    format!(
+        "CREATE INDEX {} ON public.{table} USING {} ({}) WITH ({with})",
+        def.name,
+        def.kind.name().to_ascii_lowercase(),
+        def.column
+    )
+}
+
+/// The vector indexes of fragvec table `name` (none for a view or a session table).
+async fn indexes_of(session: &FragvecSession, name: &str) -> Vec<IndexRow> {
+    let Ok(dir) = session.database().table(name) else {
+        return vec![];
+    };
+    let Ok(snapshot) = std::sync::Arc::new(dir).latest().await else {
+        return vec![];
+    };
+    snapshot
+        .manifest
+        .indexes
+        .iter()
+        .map(|def| IndexRow {
+            oid: index_oid(name, &def.name),
+            name: def.name.clone(),
+            table_oid: table_oid(name),
+            definition: index_definition(name, def),
+        })
+        .collect()
+}
+
+/// `pg_class` (tables, views and vector indexes), `pg_attribute`, `pg_tables` and `pg_index`
+/// of the session's tables; and the indexes, for `pg_get_indexdef`.
 pub(super) async fn table_tables(
     session: &FragvecSession,
-) -> Result<Vec<(&'static str, RecordBatch)>> {
+) -> Result<(Vec<(&'static str, RecordBatch)>, Vec<IndexRow>)> {
     let ctx = session.context();
     let state = ctx.state();
     let options = state.config_options();
@@ -530,6 +593,8 @@ pub(super) async fn table_tables(
     let schema = catalog.and_then(|c| c.schema(&options.catalog.default_schema));
     let mut class = (vec![], vec![], vec![], vec![]); // oid, name, kind, natts
     let mut att = (vec![], vec![], vec![], vec![], vec![], vec![]); // relid, name, type, num, typmod, notnull
+    let mut has_index = vec![];
+    let mut indexes: Vec<IndexRow> = vec![];
     if let Some(schema) = schema {
         let mut names = schema.table_names();
         names.sort();
@@ -550,6 +615,13 @@ pub(super) async fn table_tables(
             class.1.push(name.clone());
             class.2.push(kind);
             class.3.push(s.fields().len() as i16);
+            if kind == "r" {
+                let found = indexes_of(session, &name).await;
+                has_index.push(!found.is_empty());
+                indexes.extend(found);
+            } else {
+                has_index.push(false);
+            }
             for (i, f) in s.fields().iter().enumerate() {
                 let ty = pg_type(f.data_type());
                 att.0.push(oid);
@@ -562,9 +634,18 @@ pub(super) async fn table_tables(
             }
         }
     }
+    let index_natts = vec![1i16; indexes.len()];
+    // Indexes are pg_class rows too (relkind 'i'), after the tables.
+    class.0.extend(indexes.iter().map(|i| i.oid));
+    class.1.extend(indexes.iter().map(|i| i.name.clone()));
+    class.2.extend(indexes.iter().map(|_| "i"));
+    class.3.extend(index_natts);
+    has_index.extend(indexes.iter().map(|_| false));
     let n = class.0.len();
     let m = att.0.len();
-    Ok(vec![
+    let pg_index = index_batch(&indexes)?;
+    let tables = vec![
+        ("pg_index", pg_index),
         (
             "pg_class",
             batch(vec![
@@ -579,7 +660,7 @@ pub(super) async fn table_tables(
                 ),
                 ("relkind", strs(class.2.clone())),
                 ("relnatts", i16s(class.3)),
-                ("relhasindex", bools(vec![false; n])),
+                ("relhasindex", bools(has_index)),
                 ("relpersistence", strs(vec!["p"; n])),
                 ("relispartition", bools(vec![false; n])),
                 (
@@ -652,7 +733,8 @@ pub(super) async fn table_tables(
                 ),
             ])?,
         ),
-    ])
+    ];
+    Ok((tables, indexes))
 }
 
 #[cfg(test)]
