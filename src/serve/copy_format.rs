@@ -20,13 +20,13 @@ pub type Cell = Option<Vec<u8>>;
 /// What went wrong, worded for the client (SQLSTATE 22P04, bad COPY file format, unless
 /// said otherwise).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CopyFormatError {
+pub struct CopyError {
     pub sqlstate: &'static str,
     pub message: String,
 }
 
-fn bad(message: impl Into<String>) -> CopyFormatError {
-    CopyFormatError {
+fn bad(message: impl Into<String>) -> CopyError {
+    CopyError {
         sqlstate: "22P04",
         message: message.into(),
     }
@@ -122,7 +122,7 @@ impl RowDecoder {
     }
 
     /// Takes the next piece of the data; appends the rows it completes to `out`.
-    pub fn feed(&mut self, bytes: &[u8], out: &mut Vec<Vec<Cell>>) -> Result<(), CopyFormatError> {
+    pub fn feed(&mut self, bytes: &[u8], out: &mut Vec<Vec<Cell>>) -> Result<(), CopyError> {
         let mut pending = std::mem::take(&mut self.pending);
         pending.extend_from_slice(bytes);
         let used = self.decode(&pending, out)?;
@@ -132,7 +132,7 @@ impl RowDecoder {
     }
 
     /// Decodes the whole rows at the start of `data`; gives the bytes they used.
-    fn decode(&mut self, data: &[u8], out: &mut Vec<Vec<Cell>>) -> Result<usize, CopyFormatError> {
+    fn decode(&mut self, data: &[u8], out: &mut Vec<Vec<Cell>>) -> Result<usize, CopyError> {
         let mut at = 0;
         while at < data.len() {
             let rest = &data[at..];
@@ -163,7 +163,7 @@ impl RowDecoder {
 
     /// The data has ended (CopyDone): decodes a last line without its newline, and refuses
     /// a row or binary trailer cut short.
-    pub fn finish(&mut self, out: &mut Vec<Vec<Cell>>) -> Result<(), CopyFormatError> {
+    pub fn finish(&mut self, out: &mut Vec<Vec<Cell>>) -> Result<(), CopyError> {
         if self.pending.is_empty() || self.ended {
             return self.finish_binary_check();
         }
@@ -189,7 +189,7 @@ impl RowDecoder {
         }
     }
 
-    fn finish_binary_check(&self) -> Result<(), CopyFormatError> {
+    fn finish_binary_check(&self) -> Result<(), CopyError> {
         if matches!(self.format, CopyFormat::Binary) && self.header_left {
             return Err(bad("the binary COPY data has no header (PGCOPY signature)"));
         }
@@ -197,7 +197,7 @@ impl RowDecoder {
     }
 
     /// One line of text or CSV (or the CSV header, or `\.`). `last`: no newline will come.
-    fn line_step(&mut self, rest: &[u8], last: bool) -> Result<Step, CopyFormatError> {
+    fn line_step(&mut self, rest: &[u8], last: bool) -> Result<Step, CopyError> {
         let (fields, used) = match &self.format {
             CopyFormat::Text {
                 delimiter, null, ..
@@ -249,7 +249,7 @@ impl RowDecoder {
     }
 
     /// The binary header, one row, or the trailer.
-    fn binary_step(&mut self, rest: &[u8]) -> Result<Step, CopyFormatError> {
+    fn binary_step(&mut self, rest: &[u8]) -> Result<Step, CopyError> {
         if self.header_left {
             // signature, flags, extension length, extension
             if rest.len() < BINARY_SIGNATURE.len() + 8 {
@@ -333,10 +333,10 @@ fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
     haystack.iter().position(|&b| b == needle)
 }
 
-fn utf8(bytes: Vec<u8>, row: u64) -> Result<Vec<u8>, CopyFormatError> {
+fn utf8(bytes: Vec<u8>, row: u64) -> Result<Vec<u8>, CopyError> {
     match std::str::from_utf8(&bytes) {
         Ok(_) => Ok(bytes),
-        Err(_) => Err(CopyFormatError {
+        Err(_) => Err(CopyError {
             sqlstate: "22021",
             message: format!("row {row}: invalid byte sequence for encoding \"UTF8\""),
         }),
@@ -345,12 +345,7 @@ fn utf8(bytes: Vec<u8>, row: u64) -> Result<Vec<u8>, CopyFormatError> {
 
 /// A text-format line's fields, escapes undone. The NULL string is compared before
 /// unescaping, as PostgreSQL does.
-fn split_text(
-    line: &[u8],
-    delimiter: u8,
-    null: &[u8],
-    row: u64,
-) -> Result<Vec<Cell>, CopyFormatError> {
+fn split_text(line: &[u8], delimiter: u8, null: &[u8], row: u64) -> Result<Vec<Cell>, CopyError> {
     let mut fields = Vec::new();
     let mut raw_start = 0;
     let mut field = Vec::new();
@@ -500,7 +495,7 @@ mod tests {
         format: CopyFormat,
         columns: usize,
         data: &[u8],
-    ) -> Result<Vec<Vec<Cell>>, CopyFormatError> {
+    ) -> Result<Vec<Vec<Cell>>, CopyError> {
         let mut d = RowDecoder::new(format, columns);
         let mut out = Vec::new();
         d.feed(data, &mut out)?;
@@ -513,7 +508,7 @@ mod tests {
         columns: usize,
         data: &[u8],
         cuts: &[usize],
-    ) -> Result<Vec<Vec<Cell>>, CopyFormatError> {
+    ) -> Result<Vec<Vec<Cell>>, CopyError> {
         let mut d = RowDecoder::new(format, columns);
         let mut out = Vec::new();
         let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (data.len() + 1)).collect();

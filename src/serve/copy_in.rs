@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::bound_insert::{self, InsertShape, Value};
-use super::copy_format::{Cell, CopyFormat, CsvOptions, RowDecoder};
+use super::copy_format::{Cell, CopyError, CopyFormat, CsvOptions, RowDecoder};
 use super::run::error_info;
 use super::sqlstate::code;
 use super::types::{decode_float_array_binary, decode_vector_binary};
@@ -53,7 +53,7 @@ pub struct CopyStatement {
 
 /// `sql` as a `COPY ... FROM STDIN`, if it is one; an error for one with options fragvec
 /// does not take.
-pub fn parse(sql: &str) -> Option<Result<CopyStatement, ErrorInfo>> {
+pub fn parse(sql: &str) -> Option<Result<CopyStatement, CopyError>> {
     let head = sql.trim_start().get(..4)?;
     if !head.eq_ignore_ascii_case("copy") {
         return None;
@@ -62,7 +62,7 @@ pub fn parse(sql: &str) -> Option<Result<CopyStatement, ErrorInfo>> {
         Ok(s) => s,
         // A COPY FROM STDIN the parser refuses: say why (anything else is not ours).
         Err(e) if sql.to_ascii_lowercase().contains("stdin") => {
-            return Some(Err(error_info(code::SYNTAX_ERROR, e.to_string())));
+            return Some(Err(copy_error(code::SYNTAX_ERROR, e.to_string())));
         }
         Err(_) => return None,
     };
@@ -85,7 +85,7 @@ pub fn parse(sql: &str) -> Option<Result<CopyStatement, ErrorInfo>> {
     };
     // The parser takes what follows `COPY ... FROM STDIN;` in the same text as inline data.
     if !values.is_empty() || more_after_semicolon(sql) {
-        return Some(Err(error_info(
+        return Some(Err(copy_error(
             code::FEATURE_NOT_SUPPORTED,
             "COPY FROM STDIN must be the only statement of its query string; its rows come \
              as CopyData messages",
@@ -113,9 +113,9 @@ fn statement(
     columns: Vec<datafusion::sql::sqlparser::ast::Ident>,
     options: &[CopyOption],
     legacy: &[CopyLegacyOption],
-) -> Result<CopyStatement, ErrorInfo> {
+) -> Result<CopyStatement, CopyError> {
     let unsupported = |what: String| {
-        error_info(
+        copy_error(
             code::FEATURE_NOT_SUPPORTED,
             format!("COPY FROM STDIN does not take {what}"),
         )
@@ -147,7 +147,7 @@ fn statement(
                 "csv" => CopyFormat::csv(),
                 "binary" => CopyFormat::Binary,
                 other => {
-                    return Err(error_info(
+                    return Err(copy_error(
                         code::INVALID_PARAMETER_VALUE,
                         format!("COPY format \"{other}\" not recognized"),
                     ));
@@ -187,18 +187,18 @@ fn statement(
             other => return Err(unsupported(format!("the option {other}"))),
         }
     }
-    let one_byte = |c: char, what: &str| -> Result<u8, ErrorInfo> {
+    let one_byte = |c: char, what: &str| -> Result<u8, CopyError> {
         if c.is_ascii() && c != '\n' && c != '\r' {
             Ok(c as u8)
         } else {
-            Err(error_info(
+            Err(copy_error(
                 code::INVALID_PARAMETER_VALUE,
                 format!("COPY {what} must be a single one-byte character"),
             ))
         }
     };
     let refuse_for = |what: &str, format: &str| {
-        error_info(
+        copy_error(
             code::INVALID_PARAMETER_VALUE,
             format!("cannot specify {what} in {format} mode"),
         )
@@ -223,7 +223,7 @@ fn statement(
             header: h,
         } => {
             if quote.is_some() || escape.is_some() {
-                return Err(error_info(
+                return Err(copy_error(
                     code::FEATURE_NOT_SUPPORTED,
                     "COPY QUOTE and ESCAPE are available only in CSV mode",
                 ));
@@ -258,7 +258,7 @@ fn statement(
             }
             *h = header;
             if *d == *q {
-                return Err(error_info(
+                return Err(copy_error(
                     code::INVALID_PARAMETER_VALUE,
                     "COPY delimiter and quote must be different",
                 ));
@@ -270,6 +270,19 @@ fn statement(
         columns,
         format,
     })
+}
+
+fn copy_error(sqlstate: &'static str, message: impl Into<String>) -> CopyError {
+    CopyError {
+        sqlstate,
+        message: message.into(),
+    }
+}
+
+impl From<CopyError> for ErrorInfo {
+    fn from(e: CopyError) -> Self {
+        error_info(e.sqlstate, e.message)
+    }
 }
 
 /// What the writer task reads.
@@ -431,7 +444,7 @@ impl CopyIn {
         }
         let outcome = match self.decoder.feed(bytes, &mut self.rows) {
             Ok(()) => self.send_full_batches(false).await,
-            Err(e) => Err(error_info(e.sqlstate, e.message)),
+            Err(e) => Err(e.into()),
         };
         if let Err(e) = outcome {
             self.fail(e);
@@ -444,7 +457,7 @@ impl CopyIn {
             return Err(e);
         }
         if let Err(e) = self.decoder.finish(&mut self.rows) {
-            return Err(error_info(e.sqlstate, e.message));
+            return Err(e.into());
         }
         self.send_full_batches(true).await?;
         if self.to_writer.send(Piece::Done).await.is_err() {
@@ -506,7 +519,7 @@ fn to_batch(
     names: &[String],
     rows: Vec<Vec<Cell>>,
     first_row: u64,
-) -> Result<RecordBatch, ErrorInfo> {
+) -> Result<RecordBatch, CopyError> {
     let binary = matches!(statement.format, CopyFormat::Binary);
     let types: Vec<DataType> = names
         .iter()
@@ -523,7 +536,7 @@ fn to_batch(
         for (c, cell) in row.into_iter().enumerate() {
             let value = cell_value(cell, &types[c], binary).map_err(|(state, m)| {
                 let row = first_row + r as u64;
-                error_info(state, format!("row {row}, column \"{}\": {m}", names[c]))
+                copy_error(state, format!("row {row}, column \"{}\": {m}", names[c]))
             })?;
             values.push(value);
         }
@@ -538,11 +551,11 @@ fn to_batch(
     };
     match bound_insert::batch(&shape, schema, &[], &values) {
         Ok(Some(batch)) => Ok(batch),
-        Ok(None) => Err(error_info(
+        Ok(None) => Err(copy_error(
             code::DATA_EXCEPTION,
             "the COPY's values do not fit the table's columns",
         )),
-        Err(m) => Err(error_info(code::INVALID_TEXT_REPRESENTATION, m)),
+        Err(m) => Err(copy_error(code::INVALID_TEXT_REPRESENTATION, m)),
     }
 }
 
@@ -640,7 +653,7 @@ mod tests {
         parse(sql).expect("a COPY FROM STDIN").expect("accepted")
     }
 
-    fn refused(sql: &str) -> ErrorInfo {
+    fn refused(sql: &str) -> CopyError {
         parse(sql).expect("a COPY FROM STDIN").expect_err("refused")
     }
 
@@ -691,7 +704,7 @@ mod tests {
 
     #[test]
     fn options_that_cannot_be_honoured_are_refused() {
-        assert_eq!(refused("COPY t FROM STDIN; SELECT 1").code, "0A000");
+        assert_eq!(refused("COPY t FROM STDIN; SELECT 1").sqlstate, "0A000");
         // a `;` in an option, and one ending the statement, are not a second statement
         assert_eq!(
             parsed("COPY t FROM STDIN WITH (DELIMITER ';');").format,
@@ -701,21 +714,27 @@ mod tests {
                 header: false
             }
         );
-        assert_eq!(refused("COPY t FROM STDIN WITH (FORMAT").code, "42601");
-        assert_eq!(refused("COPY t FROM STDIN (FORMAT xml)").code, "22023");
+        assert_eq!(refused("COPY t FROM STDIN WITH (FORMAT").sqlstate, "42601");
+        assert_eq!(refused("COPY t FROM STDIN (FORMAT xml)").sqlstate, "22023");
         assert_eq!(
-            refused("COPY t FROM STDIN (FORMAT binary, DELIMITER ',')").code,
+            refused("COPY t FROM STDIN (FORMAT binary, DELIMITER ',')").sqlstate,
             "22023"
         );
         assert_eq!(
-            refused("COPY t FROM STDIN (FORMAT csv, DELIMITER '\"')").code,
+            refused("COPY t FROM STDIN (FORMAT csv, DELIMITER '\"')").sqlstate,
             "22023"
         );
-        assert_eq!(refused("COPY t FROM STDIN (QUOTE '\"')").code, "0A000");
-        assert_eq!(refused("COPY t FROM STDIN (FORCE_NULL (a))").code, "0A000");
-        assert_eq!(refused("COPY s.t FROM STDIN").code, "0A000");
+        assert_eq!(refused("COPY t FROM STDIN (QUOTE '\"')").sqlstate, "0A000");
+        assert_eq!(
+            refused("COPY t FROM STDIN (FORCE_NULL (a))").sqlstate,
+            "0A000"
+        );
+        assert_eq!(refused("COPY s.t FROM STDIN").sqlstate, "0A000");
         // the parser already refuses a delimiter of more than one byte
-        assert_eq!(refused("COPY t FROM STDIN (DELIMITER 'é')").code, "42601");
+        assert_eq!(
+            refused("COPY t FROM STDIN (DELIMITER 'é')").sqlstate,
+            "42601"
+        );
     }
 
     fn pgvector_binary(v: &[f32]) -> Vec<u8> {

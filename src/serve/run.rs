@@ -234,14 +234,14 @@ impl Runner<'_> {
     /// Starts a `COPY ... FROM STDIN`: a write, admitted as one into a transaction block.
     async fn start_copy(
         &self,
-        copy: Result<copy_in::CopyStatement, ErrorInfo>,
+        copy: Result<copy_in::CopyStatement, super::copy_format::CopyError>,
     ) -> Result<Output, ErrorInfo> {
         if let Err(e) = self.block.lock().expect("lock").admit() {
             return Err(error_info(e.sqlstate, e.message));
         }
         let started = match copy {
             Ok(statement) => CopyIn::start(self.session, statement).await,
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         };
         match started {
             Ok(copy) => Ok(Output::CopyIn(Box::new(copy))),
