@@ -13,6 +13,7 @@
 //! Tables, scans and writes:
 //! * [`catalog`]: the database as a schema provider;
 //! * [`provider`], [`scan`], [`write`]: the table provider and its scan / insert operators;
+//!   [`prune`]: the scan skipping fragments by their column ranges;
 //! * [`dml`]: gathering DELETE, UPDATE and MERGE changes from their finder queries (the format
 //!   layer commits them, `format::changes`);
 //!
@@ -51,6 +52,7 @@ pub mod maintenance;
 pub mod options;
 pub mod plan_cache;
 pub mod provider;
+pub mod prune;
 pub mod recluster;
 pub mod scan;
 pub mod session;

@@ -35,6 +35,8 @@ use futures::{StreamExt, stream};
 use roaring::RoaringBitmap;
 use tokio::sync::mpsc::Sender;
 
+use super::prune::{FragmentPruner, RangeCursor};
+use crate::format::fragment_io::read_fragment_ranges;
 use crate::format::{Fragment, Snapshot, read_fragment};
 use crate::index::cache::IndexCache;
 use crate::ledger::ids::row_address;
@@ -71,6 +73,8 @@ pub struct FragmentScanExec {
     fragments: Option<Arc<BTreeSet<u64>>>,
     /// The session's index cache, for the KNN rule to hand to the search it substitutes.
     index_cache: Option<Arc<IndexCache>>,
+    /// Rules fragments out by their column ranges, when the filter allows it.
+    pruner: Option<Arc<FragmentPruner>>,
     schema: SchemaRef,
     metrics: ExecutionPlanMetricsSet,
     cache: Arc<PlanProperties>,
@@ -85,10 +89,16 @@ impl FragmentScanExec {
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
+        let pruner = spec
+            .predicate
+            .as_ref()
+            .and_then(|p| FragmentPruner::new(p, &spec.work_schema))
+            .map(Arc::new);
         Ok(Self {
             spec,
             fragments: None,
             index_cache: None,
+            pruner,
             schema,
             metrics: ExecutionPlanMetricsSet::new(),
             cache,
@@ -119,13 +129,31 @@ impl FragmentScanExec {
         self.fragments.as_deref()
     }
 
-    /// The fragments read, in manifest order.
-    fn fragments_read(&self) -> impl Iterator<Item = &Fragment> {
+    /// The fragments this scan covers, in manifest order.
+    fn fragments_covered(&self) -> impl Iterator<Item = &Fragment> {
         self.spec.snapshot.manifest.fragments.iter().filter(|f| {
             self.fragments
                 .as_ref()
                 .is_none_or(|ids| ids.contains(&f.id))
         })
+    }
+
+    /// The fragments read: those covered that the filter may match (by their column
+    /// ranges), in manifest order; and how many were ruled out.
+    fn fragments_read(&self) -> (Vec<Fragment>, usize) {
+        let covered: Vec<&Fragment> = self.fragments_covered().collect();
+        let Some(pruner) = &self.pruner else {
+            return (covered.into_iter().cloned().collect(), 0);
+        };
+        let may_match = pruner.may_match(&covered);
+        let read: Vec<Fragment> = covered
+            .into_iter()
+            .zip(&may_match)
+            .filter(|(_, m)| **m)
+            .map(|(f, _)| f.clone())
+            .collect();
+        let pruned = may_match.len() - read.len();
+        (read, pruned)
     }
 }
 
@@ -143,7 +171,7 @@ impl DisplayAs for FragmentScanExec {
                 let total = s.snapshot.manifest.fragments.len();
                 let fragments = match &self.fragments {
                     None => total.to_string(),
-                    Some(_) => format!("{} of {total}", self.fragments_read().count()),
+                    Some(_) => format!("{} of {total}", self.fragments_covered().count()),
                 };
                 write!(
                     f,
@@ -212,7 +240,13 @@ impl ExecutionPlan for FragmentScanExec {
         _input_stats: &[Arc<Statistics>],
         _args: &StatisticsArgs,
     ) -> Result<Arc<Statistics>> {
-        let live = self.fragments_read().map(Fragment::live_rows).sum::<u64>() as usize;
+        // Fragments the filter's ranges rule out hold none of its rows.
+        let live = self
+            .fragments_read()
+            .0
+            .iter()
+            .map(Fragment::live_rows)
+            .sum::<u64>() as usize;
         // Deletion vectors are counted exactly, so without filters or limit the count is exact.
         let rows = match (&self.spec.predicate, self.spec.limit) {
             (None, None) => Precision::Exact(live),
@@ -245,10 +279,15 @@ impl ExecutionPlan for FragmentScanExec {
         let counters = ScanCounters {
             fragments: MetricBuilder::new(&self.metrics).counter("fragments_scanned", partition),
             deleted: MetricBuilder::new(&self.metrics).counter("deleted_rows_skipped", partition),
+            rows_pruned: MetricBuilder::new(&self.metrics).counter("rows_pruned", partition),
         };
         let spec = Arc::new(self.spec.clone());
         let schema = self.schema.clone();
-        let fragments: Vec<Fragment> = self.fragments_read().cloned().collect();
+        let (fragments, pruned) = self.fragments_read();
+        MetricBuilder::new(&self.metrics)
+            .counter("fragments_pruned", partition)
+            .add(pruned);
+        let pruner = self.pruner.clone();
         let per_fragment = {
             let spec = spec.clone();
             let schema = schema.clone();
@@ -257,8 +296,10 @@ impl ExecutionPlan for FragmentScanExec {
                 let tx = builder.tx();
                 let spec = spec.clone();
                 let counters = counters.clone();
+                let pruner = pruner.clone();
                 builder.spawn(async move {
-                    scan_fragment(&spec, &fragment, batch_size, &counters, tx).await
+                    let pruner = pruner.as_deref();
+                    scan_fragment(&spec, &fragment, pruner, batch_size, &counters, tx).await
                 });
                 futures::future::ready(builder.build())
             })
@@ -295,11 +336,14 @@ impl ExecutionPlan for FragmentScanExec {
 struct ScanCounters {
     fragments: Count,
     deleted: Count,
+    /// Rows of the fragments read that their row groups' statistics ruled out.
+    rows_pruned: Count,
 }
 
 async fn scan_fragment(
     spec: &ScanSpec,
     fragment: &Fragment,
+    pruner: Option<&FragmentPruner>,
     batch_size: usize,
     counters: &ScanCounters,
     tx: Sender<Result<RecordBatch>>,
@@ -310,6 +354,17 @@ async fn scan_fragment(
     counters.deleted.add(deleted.len() as usize);
     if deleted.len() == fragment.physical_rows {
         return Ok(());
+    }
+    let ranges = match pruner {
+        Some(p) => p.row_ranges(&dir, fragment).await?,
+        None => None,
+    };
+    if let Some(ranges) = ranges {
+        let kept: u64 = ranges.iter().map(|r| r.end - r.start).sum();
+        counters
+            .rows_pruned
+            .add((fragment.physical_rows - kept) as usize);
+        return scan_ranges(spec, fragment, &deleted, ranges, batch_size, tx).await;
     }
     let mut batches = read_fragment(dir, fragment, spec.read_schema.clone(), batch_size);
     let mut offset = 0u64;
@@ -329,6 +384,42 @@ async fn scan_fragment(
                 "read {offset} rows, manifest says {}",
                 fragment.physical_rows
             ),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// [`scan_fragment`] of the rows in `ranges` only (the row groups the filter may match).
+async fn scan_ranges(
+    spec: &ScanSpec,
+    fragment: &Fragment,
+    deleted: &RoaringBitmap,
+    ranges: Vec<std::ops::Range<u64>>,
+    batch_size: usize,
+    tx: Sender<Result<RecordBatch>>,
+) -> Result<()> {
+    let dir = spec.snapshot.dir.clone();
+    let schema = spec.read_schema.clone();
+    let mut batches = read_fragment_ranges(dir, fragment, schema, &ranges, batch_size);
+    let mut cursor = RangeCursor::new(ranges);
+    while let Some(batch) = batches.next().await {
+        let batch = batch?;
+        let pieces = cursor.advance(batch.num_rows()).map_err(|e| {
+            crate::format::FormatError::corrupt(format!("fragment {}", fragment.id), e)
+        })?;
+        for (start, len, offset) in pieces {
+            let piece = batch.slice(start, len);
+            let out = filter_fragment_rows(spec, fragment, deleted, offset, piece)?;
+            if out.num_rows() > 0 && tx.send(Ok(out)).await.is_err() {
+                return Ok(());
+            }
+        }
+    }
+    if !cursor.done() {
+        return Err(crate::format::FormatError::corrupt(
+            format!("fragment {}", fragment.id),
+            "read fewer rows than its row groups hold",
         )
         .into());
     }

@@ -152,6 +152,10 @@ pub struct DataFile {
     /// existed: those are read unverified.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub footer: Option<FooterChecksum>,
+    /// The value range of each scalar column, for skipping the fragment
+    /// ([`super::column_stats`]). Empty for files written before ranges existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stats: Vec<super::column_stats::ColumnStats>,
 }
 
 /// The checksum of a data file's footer (page indexes, metadata with the page checksum

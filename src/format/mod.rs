@@ -11,6 +11,7 @@
 //! * [`commit`]: optimistic commits (pure conflict rules, rebase, one retry loop);
 //! * [`changes`]: DELETE / UPDATE / MERGE row changes turned into a transaction;
 //! * [`views`]: views stored in the database; [`vacuum`]: removing unreferenced files; [`introspect`]: the table's state as batches;
+//! * [`column_stats`]: each data file's column ranges, for skipping fragments;
 //! * [`types`]: the `VECTOR(n)` type; [`conform`]: batches conformed to a table schema;
 //!   [`storage_types`]: the types Parquet cannot store and what they are written as;
 //! * [`metered_store`]: a store wrapper counting requests and adding latency (benchmarks);
@@ -22,6 +23,7 @@
 //! planner.
 
 pub mod changes;
+pub mod column_stats;
 pub mod commit;
 pub mod conform;
 pub mod deletion;

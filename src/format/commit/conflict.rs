@@ -271,6 +271,7 @@ mod tests {
             columns: vec!["id".into()],
             size_bytes: 1,
             footer: None,
+            stats: Vec::new(),
         }
     }
 

@@ -26,6 +26,7 @@ pub(super) fn append(rows: u64, name: &str) -> NewFragment {
                 columns: vec!["id".into()],
                 size_bytes: 10,
                 footer: None,
+                stats: Vec::new(),
             }],
             physical_rows: rows,
         },

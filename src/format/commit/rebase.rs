@@ -384,6 +384,7 @@ mod tests {
             columns: vec!["id".into()],
             size_bytes: 1,
             footer: None,
+            stats: Vec::new(),
         };
         t2.column_rewrites.insert(0, file.clone());
         let m3 = apply(&m2, &t2, &BTreeMap::new(), "y".into()).unwrap();
@@ -417,6 +418,7 @@ mod tests {
                 columns: vec!["id".into()],
                 size_bytes: 1,
                 footer: None,
+                stats: Vec::new(),
             },
         );
         let m2 = apply(&m, &rewrite, &BTreeMap::new(), "y".into()).unwrap();
@@ -433,6 +435,7 @@ mod tests {
                 columns: vec!["id".into()],
                 size_bytes: 1,
                 footer: None,
+                stats: Vec::new(),
             },
         );
         let m4 = apply(&m3, &again, &BTreeMap::new(), "w".into()).unwrap();

@@ -9,15 +9,17 @@
 //!
 //! Callers speak the table's declared (logical) types only: a column of a type Parquet cannot
 //! store is written as its storage type and turned back on read, here and nowhere else (see
-//! [`super::storage_types`]). Readers take no predicate and no Parquet statistic but the null
-//! counts of [`row_groups_with_nulls`], which every storage type keeps exact.
+//! [`super::storage_types`]). Readers take no predicate; Parquet statistics leave this module
+//! as the null counts of [`row_groups_with_nulls`], which every storage type keeps exact,
+//! and as the footer [`data_file_footer`] gives a scan's row-group pruning, which uses them
+//! only for columns stored as their declared type.
 
 mod read;
 mod write;
 
 pub use read::{
-    forget_cached_footers, read_fragment, read_fragment_ranges, read_fragment_rows,
-    row_groups_with_nulls,
+    data_file_footer, forget_cached_footers, read_fragment, read_fragment_ranges,
+    read_fragment_rows, row_groups_with_nulls,
 };
 pub use write::{
     ROW_GROUP_ROWS, WrittenFragment, write_column_file, write_fragments, write_partitioned,

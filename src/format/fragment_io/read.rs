@@ -266,6 +266,12 @@ pub fn read_fragment_ranges(
     read_columns(dir, fragment, schema, batch_size, Some(selection))
 }
 
+/// The footer of data file `file` (verified and cached, as every read opens it): its row
+/// groups with their Parquet statistics, and its Arrow schema as stored.
+pub async fn data_file_footer(dir: &Arc<TableDir>, file: &DataFile) -> Result<ArrowReaderMetadata> {
+    Ok(open_file(dir, file).await?.metadata)
+}
+
 /// The offset ranges of the row groups of a fragment whose `column` may hold a NULL at any
 /// level (a NULL vector or a NULL element), by the Parquet statistics of the file holding it:
 /// row groups whose statistics count no NULL are left out, those without statistics kept.

@@ -18,6 +18,7 @@ use object_store::ObjectStoreExt;
 use object_store::buffered::BufWriter;
 use tokio::io::AsyncWriteExt;
 
+use crate::format::column_stats::StatsAccumulator;
 use crate::format::error::{FormatError, Result};
 use crate::format::integrity::parquet_io::PageChecksummer;
 use crate::format::integrity::units::PAGE_CRC_KEY;
@@ -82,6 +83,8 @@ struct FileWriter {
     writer: ArrowWriter<Vec<u8>>,
     object: BufWriter,
     checksums: PageChecksummer,
+    /// The columns' value ranges, from the batches as written (declared types).
+    stats: StatsAccumulator,
     rows: u64,
 }
 
@@ -111,6 +114,7 @@ impl FileWriter {
             writer,
             object,
             checksums: PageChecksummer::new(path.as_ref()),
+            stats: StatsAccumulator::new(schema),
             rows: 0,
         })
     }
@@ -142,6 +146,7 @@ impl FileWriter {
 
     async fn write(&mut self, batch: &RecordBatch) -> Result<()> {
         self.rows += batch.num_rows() as u64;
+        self.stats.update(batch.columns());
         let before = self.writer.flushed_row_groups().len();
         let stored;
         let batch = match &self.storage {
@@ -194,6 +199,7 @@ impl FileWriter {
             columns: self.columns,
             size_bytes: meta.size,
             footer: Some(footer),
+            stats: self.stats.finish(),
         };
         Ok((file, self.rows))
     }

@@ -147,6 +147,7 @@ fn rich() -> Manifest {
                     offset: 60,
                     crc32c: 0xdead_beef,
                 }),
+                stats: Vec::new(),
             }],
             physical_rows: ids.len() as u64,
             deletion: Some(DeletionFile {
@@ -353,6 +354,7 @@ fn fragment_missing_a_column_is_corrupt() {
             columns: vec!["id".into()],
             size_bytes: 1,
             footer: None,
+            stats: Vec::new(),
         }],
         physical_rows: 3,
         deletion: None,
@@ -375,6 +377,7 @@ fn escaping_paths_are_corrupt() {
             columns: vec!["id".into(), "emb".into()],
             size_bytes: 1,
             footer: None,
+            stats: Vec::new(),
         }],
         physical_rows: 3,
         deletion: None,

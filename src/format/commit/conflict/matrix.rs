@@ -177,6 +177,7 @@ fn txn(op: Op, m: &Manifest, (g, r): (u64, u32), name: &str) -> Transaction {
                 columns: vec!["id".into()],
                 size_bytes: 1,
                 footer: None,
+                stats: Vec::new(),
             };
             t.column_rewrites.insert(f, file);
             t.updated_in_place.insert(f, rows.clone());
