@@ -30,8 +30,7 @@ use tokio::task::JoinHandle;
 
 use super::bound_insert::{self, InsertShape, Value};
 use super::copy_format::{Cell, CopyError, CopyFormat, CsvOptions, RowDecoder};
-use super::run::error_info;
-use super::sqlstate::code;
+use super::sqlstate::{code, df_error, error_info};
 use super::types::{decode_float_array_binary, decode_vector_binary};
 use crate::FragvecSession;
 use crate::format::types::vector_dim;
@@ -322,7 +321,7 @@ impl CopyIn {
         session: &FragvecSession,
         statement: CopyStatement,
     ) -> Result<CopyIn, ErrorInfo> {
-        let df = |e: DataFusionError| super::run::df_error(&e);
+        let df = |e: DataFusionError| df_error(&e);
         let Some(target) = session.append_target(&statement.table).await.map_err(df)? else {
             return Err(error_info(
                 code::UNDEFINED_TABLE,
@@ -465,7 +464,7 @@ impl CopyIn {
         }
         match (&mut self.writer).await {
             Ok(Ok(n)) => Ok(n),
-            Ok(Err(e)) => Err(super::run::df_error(&e)),
+            Ok(Err(e)) => Err(df_error(&e)),
             Err(e) => Err(error_info(code::INTERNAL_ERROR, e.to_string())),
         }
     }
@@ -494,7 +493,7 @@ impl CopyIn {
     /// Why the writer stopped taking batches.
     async fn writer_error(&mut self) -> ErrorInfo {
         match (&mut self.writer).await {
-            Ok(Err(e)) => super::run::df_error(&e),
+            Ok(Err(e)) => df_error(&e),
             Ok(Ok(_)) => error_info(code::INTERNAL_ERROR, "the COPY's writer stopped early"),
             Err(e) => error_info(code::INTERNAL_ERROR, e.to_string()),
         }

@@ -8,7 +8,6 @@
 
 use std::time::Duration;
 
-use datafusion::common::DataFusionError;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
 use futures::channel::oneshot;
@@ -19,7 +18,7 @@ use super::copy_in::{self, CopyIn};
 use super::files::AllowedFiles;
 use super::pg_catalog;
 use super::settings::{self, SettingStatement, Settings};
-use super::sqlstate::{self, code};
+use super::sqlstate::code;
 use super::transaction::{Block, Control};
 use crate::FragvecSession;
 use crate::engine::session::StatementResult;
@@ -44,15 +43,7 @@ pub enum Output {
     },
 }
 
-/// An error as the client gets it.
-pub fn error_info(sqlstate: &str, message: impl Into<String>) -> ErrorInfo {
-    ErrorInfo::new("ERROR".into(), sqlstate.into(), message.into())
-}
-
-/// A DataFusion error as the client gets it: its SQLSTATE and its message.
-pub fn df_error(e: &DataFusionError) -> ErrorInfo {
-    error_info(sqlstate::of(e), e.to_string())
-}
+pub use super::sqlstate::{df_error, error_info};
 
 /// The connection state statements run against.
 pub struct Runner<'a> {

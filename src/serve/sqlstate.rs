@@ -1,5 +1,6 @@
 //! The SQLSTATE of an error, as PostgreSQL's clients expect it (psycopg's `e.sqlstate`,
-//! asyncpg's exception classes, psql's `\set VERBOSITY verbose`).
+//! asyncpg's exception classes, psql's `\set VERBOSITY verbose`), and the error as the
+//! client gets it ([`error_info`], [`df_error`]).
 //!
 //! fragvec's errors are typed below DataFusion (`FormatError`, `IndexError`): those are
 //! recognised by downcasting the root error. DataFusion's own carry their class in the variant
@@ -7,6 +8,8 @@
 //! texts matched here are DataFusion 55's wording, covered by the server's tests.
 
 use datafusion::common::{DataFusionError, SchemaError};
+
+use pgwire::error::ErrorInfo;
 
 use crate::format::FormatError;
 use crate::index::IndexError;
@@ -41,6 +44,16 @@ pub mod code {
     pub const NOT_NULL_VIOLATION: &str = "23502";
     pub const DUPLICATE_COLUMN: &str = "42701";
     pub const INVALID_TEXT_REPRESENTATION: &str = "22P02";
+}
+
+/// An error as the client gets it.
+pub fn error_info(sqlstate: &str, message: impl Into<String>) -> ErrorInfo {
+    ErrorInfo::new("ERROR".into(), sqlstate.into(), message.into())
+}
+
+/// A DataFusion error as the client gets it: its SQLSTATE and its message.
+pub fn df_error(e: &DataFusionError) -> ErrorInfo {
+    error_info(of(e), e.to_string())
 }
 
 /// The SQLSTATE of `e`.
