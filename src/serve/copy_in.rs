@@ -40,6 +40,8 @@ use crate::sql::pin::normalize_ident;
 const BATCH_BYTES: usize = 8 << 20;
 /// ... and at most this many rows.
 const BATCH_ROWS: usize = 8192;
+/// The data of one CopyData message is decoded in slices of this many bytes.
+const DECODE_BYTES: usize = 1 << 20;
 
 /// A parsed `COPY ... FROM STDIN`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -438,15 +440,19 @@ impl CopyIn {
 
     /// One CopyData message's bytes.
     pub async fn data(&mut self, bytes: &[u8]) {
-        if self.failed.is_some() {
-            return;
-        }
-        let outcome = match self.decoder.feed(bytes, &mut self.rows) {
-            Ok(()) => self.send_full_batches(false).await,
-            Err(e) => Err(e.into()),
-        };
-        if let Err(e) = outcome {
-            self.fail(e);
+        // A client may send all its rows in one message: decoded a slice at a time, they
+        // are never all held as cells at once.
+        for piece in bytes.chunks(DECODE_BYTES) {
+            if self.failed.is_some() {
+                return;
+            }
+            let outcome = match self.decoder.feed(piece, &mut self.rows) {
+                Ok(()) => self.send_full_batches(false).await,
+                Err(e) => Err(e.into()),
+            };
+            if let Err(e) = outcome {
+                self.fail(e);
+            }
         }
     }
 
