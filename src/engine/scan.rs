@@ -11,7 +11,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::array::{Array, BooleanArray, RecordBatch, RecordBatchOptions, UInt64Array};
 use datafusion::arrow::compute::{and, filter_record_batch, prep_null_mask_filter};
@@ -75,6 +75,9 @@ pub struct FragmentScanExec {
     index_cache: Option<Arc<IndexCache>>,
     /// Rules fragments out by their column ranges, when the filter allows it.
     pruner: Option<Arc<FragmentPruner>>,
+    /// Per covered fragment, whether the filter may match it: decided once per plan (the
+    /// snapshot is fixed), for both the row estimate and the read.
+    may_match: OnceLock<Vec<bool>>,
     schema: SchemaRef,
     metrics: ExecutionPlanMetricsSet,
     cache: Arc<PlanProperties>,
@@ -99,6 +102,7 @@ impl FragmentScanExec {
             fragments: None,
             index_cache: None,
             pruner,
+            may_match: OnceLock::new(),
             schema,
             metrics: ExecutionPlanMetricsSet::new(),
             cache,
@@ -121,6 +125,7 @@ impl FragmentScanExec {
     /// The same scan reading only the fragments `ids` (in manifest order).
     pub fn with_fragments(mut self, ids: BTreeSet<u64>) -> Self {
         self.fragments = Some(Arc::new(ids));
+        self.may_match = OnceLock::new();
         self
     }
 
@@ -139,21 +144,15 @@ impl FragmentScanExec {
     }
 
     /// The fragments read: those covered that the filter may match (by their column
-    /// ranges), in manifest order; and how many were ruled out.
-    fn fragments_read(&self) -> (Vec<Fragment>, usize) {
-        let covered: Vec<&Fragment> = self.fragments_covered().collect();
-        let Some(pruner) = &self.pruner else {
-            return (covered.into_iter().cloned().collect(), 0);
-        };
-        let may_match = pruner.may_match(&covered);
-        let read: Vec<Fragment> = covered
-            .into_iter()
-            .zip(&may_match)
-            .filter(|(_, m)| **m)
-            .map(|(f, _)| f.clone())
-            .collect();
-        let pruned = may_match.len() - read.len();
-        (read, pruned)
+    /// ranges), in manifest order.
+    fn fragments_read(&self) -> impl Iterator<Item = &Fragment> {
+        let may_match = self.may_match.get_or_init(|| match &self.pruner {
+            Some(p) => p.may_match(&self.fragments_covered().collect::<Vec<_>>()),
+            None => vec![true; self.fragments_covered().count()],
+        });
+        self.fragments_covered()
+            .zip(may_match)
+            .filter_map(|(f, m)| m.then_some(f))
     }
 }
 
@@ -241,12 +240,7 @@ impl ExecutionPlan for FragmentScanExec {
         _args: &StatisticsArgs,
     ) -> Result<Arc<Statistics>> {
         // Fragments the filter's ranges rule out hold none of its rows.
-        let live = self
-            .fragments_read()
-            .0
-            .iter()
-            .map(Fragment::live_rows)
-            .sum::<u64>() as usize;
+        let live = self.fragments_read().map(Fragment::live_rows).sum::<u64>() as usize;
         // Deletion vectors are counted exactly, so without filters or limit the count is exact.
         let rows = match (&self.spec.predicate, self.spec.limit) {
             (None, None) => Precision::Exact(live),
@@ -283,10 +277,10 @@ impl ExecutionPlan for FragmentScanExec {
         };
         let spec = Arc::new(self.spec.clone());
         let schema = self.schema.clone();
-        let (fragments, pruned) = self.fragments_read();
+        let fragments: Vec<Fragment> = self.fragments_read().cloned().collect();
         MetricBuilder::new(&self.metrics)
             .counter("fragments_pruned", partition)
-            .add(pruned);
+            .add(self.fragments_covered().count() - fragments.len());
         let pruner = self.pruner.clone();
         let per_fragment = {
             let spec = spec.clone();

@@ -162,12 +162,16 @@ impl Running {
             Kind::Int => {
                 let a = cast(array, &DataType::Int64).map_err(|_| ())?;
                 let a: &Int64Array = a.as_primitive::<Int64Type>();
-                zip(min(a), max(a)).map(|(l, h)| (StatValue::Int(l), StatValue::Int(h)))
+                min(a)
+                    .zip(max(a))
+                    .map(|(l, h)| (StatValue::Int(l), StatValue::Int(h)))
             }
             Kind::UInt => {
                 let a = cast(array, &DataType::UInt64).map_err(|_| ())?;
                 let a: &UInt64Array = a.as_primitive::<UInt64Type>();
-                zip(min(a), max(a)).map(|(l, h)| (StatValue::UInt(l), StatValue::UInt(h)))
+                min(a)
+                    .zip(max(a))
+                    .map(|(l, h)| (StatValue::UInt(l), StatValue::UInt(h)))
             }
             Kind::Float => {
                 let a = cast(array, &DataType::Float64).map_err(|_| ())?;
@@ -177,12 +181,14 @@ impl Running {
                 if a.iter().flatten().any(|x| !x.is_finite()) {
                     return Err(());
                 }
-                zip(min(a), max(a)).map(|(l, h)| (StatValue::Float(l), StatValue::Float(h)))
+                min(a)
+                    .zip(max(a))
+                    .map(|(l, h)| (StatValue::Float(l), StatValue::Float(h)))
             }
             Kind::Text => {
                 let a = cast(array, &DataType::Utf8).map_err(|_| ())?;
                 let a: &StringArray = a.as_string::<i32>();
-                match zip(min_string(a), max_string(a)) {
+                match min_string(a).zip(max_string(a)) {
                     Some((l, h)) if l.len() <= MAX_STRING_BYTES && h.len() <= MAX_STRING_BYTES => {
                         Some((StatValue::Text(l.into()), StatValue::Text(h.into())))
                     }
@@ -192,7 +198,8 @@ impl Running {
             }
             Kind::Bool => {
                 let a: &BooleanArray = array.as_boolean_opt().ok_or(())?;
-                zip(min_boolean(a), max_boolean(a))
+                min_boolean(a)
+                    .zip(max_boolean(a))
                     .map(|(l, h)| (StatValue::Bool(l), StatValue::Bool(h)))
             }
         })
@@ -210,10 +217,6 @@ impl Running {
         self.min = Some(lower);
         self.max = Some(upper);
     }
-}
-
-fn zip<T>(a: Option<T>, b: Option<T>) -> Option<(T, T)> {
-    a.zip(b)
 }
 
 /// `a < b` for two bounds of one column (of one kind).
