@@ -75,6 +75,7 @@ fn real_clients_against_fragvec_serve() {
     for script in [
         "psycopg_pgvector.py",
         "copy_in.py",
+        "copy_out.py",
         "asyncpg_vector.py",
         "concurrent_model.py",
         "limits.py",
@@ -109,6 +110,23 @@ fn real_clients_against_fragvec_serve() {
         "psql \\copy",
     );
     assert!(copied.contains("COPY 2"), "{copied}");
+    // ... and `\copy ... TO` a client-side file through COPY TO STDOUT.
+    let exported = dir.path().join("exported.csv");
+    let copied = run_ok(
+        psql_c(&format!(
+            "\\copy (SELECT id, emb FROM docs ORDER BY id) TO '{}' WITH (FORMAT csv, HEADER true)",
+            exported.display()
+        )),
+        "psql \\copy TO",
+    );
+    assert!(copied.contains("COPY 5"), "{copied}");
+    let csv_out = std::fs::read_to_string(&exported).unwrap();
+    assert_eq!(
+        csv_out.lines().take(2).collect::<Vec<_>>(),
+        ["id,emb", "1,\"[1,0,0]\""],
+        "{csv_out}"
+    );
+    assert_eq!(csv_out.lines().count(), 6, "{csv_out}");
     let deleted = run_ok(psql_c("DELETE FROM docs WHERE id > 3"), "psql DELETE");
     assert!(deleted.contains("DELETE 2"), "{deleted}");
     let listed = run_ok(psql_c("\\dt"), "psql \\dt");

@@ -193,6 +193,11 @@ fn response(
             *copy_in.lock().expect("lock") = Some(copy);
             Response::CopyIn(CopyResponse::new(format, columns, stream::empty()))
         }
+        // Sent by `respond`, which needs the client.
+        Ok(Output::CopyOut(_)) => Response::Error(Box::new(error_info(
+            code::INTERNAL_ERROR,
+            "a COPY TO STDOUT reached the wrong sender",
+        ))),
         Ok(Output::Command(tag)) => Response::Execution(Tag::new(&tag)),
         Ok(Output::Control { tag, opened, .. }) => match opened {
             Some(true) => Response::TransactionStart(Tag::new(tag)),
@@ -217,6 +222,46 @@ fn response(
             Response::Query(q)
         }
     }
+}
+
+/// [`response`], after sending a `COPY ... TO STDOUT`'s rows (they go to the client as
+/// they are produced, under the statement timeout).
+async fn respond<C>(
+    client: &mut C,
+    out: Result<Output, ErrorInfo>,
+    binary: &(dyn Fn(usize) -> bool + Sync),
+    connection: &Connection,
+) -> PgWireResult<Response>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let Ok(Output::CopyOut(copy)) = out else {
+        return Ok(response(out, binary, &connection.copy_in));
+    };
+    let timeout = connection
+        .settings
+        .lock()
+        .expect("lock")
+        .statement_timeout();
+    let sent = match timeout {
+        Some(limit) => match tokio::time::timeout(limit, copy.send(client)).await {
+            Ok(sent) => sent?,
+            Err(_) => Err(error_info(
+                code::QUERY_CANCELED,
+                "canceling statement due to statement timeout",
+            )),
+        },
+        None => copy.send(client).await?,
+    };
+    Ok(match sent {
+        Ok(rows) => Response::Execution(Tag::new("COPY").with_rows(rows as usize)),
+        Err(e) => {
+            connection.block.lock().expect("lock").failed();
+            Response::Error(Box::new(e))
+        }
+    })
 }
 
 /// Sends the warnings of control statements before their responses.
@@ -255,10 +300,11 @@ impl SimpleQueryHandler for Connection {
         // pgwire races Query against the connection's cancel request itself.
         let mut outputs = self.run(query, CancelSignal::never()).await?;
         send_warnings(client, &mut outputs).await?;
-        Ok(outputs
-            .into_iter()
-            .map(|o| response(o, &|_| false, &self.copy_in))
-            .collect())
+        let mut responses = Vec::with_capacity(outputs.len());
+        for out in outputs {
+            responses.push(respond(client, out, &|_| false, self).await?);
+        }
+        Ok(responses)
     }
 }
 
@@ -652,7 +698,7 @@ impl ExtendedQueryHandler for Connection {
         let binary = |i| portal.result_column_format.format_for(i) == FieldFormat::Binary;
         match outputs.pop() {
             Some(Err(e)) => Err(user_error(e)),
-            Some(out) => Ok(response(out, &binary, &self.copy_in)),
+            Some(out) => respond(client, out, &binary, self).await,
             None => Ok(Response::EmptyQuery),
         }
     }

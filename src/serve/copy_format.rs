@@ -432,8 +432,11 @@ fn split_csv(rest: &[u8], o: &CsvOptions, last: bool) -> Option<(Vec<Cell>, usiz
         }
         let b = rest[i];
         if in_quotes {
-            if b == o.escape && o.escape != o.quote && rest.get(i + 1) == Some(&o.quote) {
-                field.push(o.quote);
+            // As PostgreSQL reads it: the escape character before a quote or before itself
+            // stands for that character; before anything else it is itself.
+            let escaped = rest.get(i + 1).filter(|&&n| n == o.quote || n == o.escape);
+            if b == o.escape && o.escape != o.quote && escaped.is_some() {
+                field.push(rest[i + 1]);
                 i += 2;
             } else if b == o.escape && o.escape != o.quote && i + 1 == rest.len() && !last {
                 return None; // the escaped character is in the next piece
@@ -573,29 +576,35 @@ mod tests {
     }
 
     #[test]
+    fn csv_escape_before_itself_or_a_quote() {
+        let CopyFormat::Csv(mut o) = CopyFormat::csv() else {
+            unreachable!()
+        };
+        o.escape = b'\\';
+        let rows = decode_whole(CopyFormat::Csv(o), 1, b"\"a\\\\b\\\"c\\d\"\n").unwrap();
+        assert_eq!(rows, vec![vec![s("a\\b\"c\\d")]]);
+    }
+
+    #[test]
     fn csv_unterminated_quote_is_refused() {
         let e = decode_whole(CopyFormat::csv(), 2, b"1,\"open\n").unwrap_err();
         assert!(e.message.contains("unterminated"), "{}", e.message);
     }
 
-    fn binary(rows: &[Vec<Cell>]) -> Vec<u8> {
-        let mut b = BINARY_SIGNATURE.to_vec();
-        b.extend_from_slice(&0i32.to_be_bytes());
-        b.extend_from_slice(&0i32.to_be_bytes());
-        for row in rows {
-            b.extend_from_slice(&(row.len() as i16).to_be_bytes());
-            for cell in row {
-                match cell {
-                    None => b.extend_from_slice(&(-1i32).to_be_bytes()),
-                    Some(v) => {
-                        b.extend_from_slice(&(v.len() as i32).to_be_bytes());
-                        b.extend_from_slice(v);
-                    }
-                }
-            }
+    /// `rows` as COPY TO writes them in `format`.
+    fn written(format: &CopyFormat, rows: &[Vec<Cell>]) -> Vec<u8> {
+        use crate::serve::copy_encode;
+        let mut out = copy_encode::header(format, &[]);
+        for r in rows {
+            let cells: Vec<_> = r.iter().map(|c| c.as_deref()).collect();
+            copy_encode::row(format, &cells, &mut out);
         }
-        b.extend_from_slice(&(-1i16).to_be_bytes());
-        b
+        out.extend_from_slice(&copy_encode::trailer(format));
+        out
+    }
+
+    fn binary(rows: &[Vec<Cell>]) -> Vec<u8> {
+        written(&CopyFormat::Binary, rows)
     }
 
     #[test]
@@ -640,58 +649,6 @@ mod tests {
         ]
     }
 
-    /// Text format as PostgreSQL writes it.
-    fn encode_text(rows: &[Vec<Cell>]) -> Vec<u8> {
-        let mut out = Vec::new();
-        for row in rows {
-            for (i, cell) in row.iter().enumerate() {
-                if i > 0 {
-                    out.push(b'\t');
-                }
-                match cell {
-                    None => out.extend_from_slice(b"\\N"),
-                    Some(v) => {
-                        for &b in v {
-                            match b {
-                                b'\\' => out.extend_from_slice(b"\\\\"),
-                                b'\t' => out.extend_from_slice(b"\\t"),
-                                b'\n' => out.extend_from_slice(b"\\n"),
-                                b'\r' => out.extend_from_slice(b"\\r"),
-                                _ => out.push(b),
-                            }
-                        }
-                    }
-                }
-            }
-            out.push(b'\n');
-        }
-        out
-    }
-
-    /// CSV as PostgreSQL writes it (every non-NULL field quoted).
-    fn encode_csv(rows: &[Vec<Cell>]) -> Vec<u8> {
-        let mut out = Vec::new();
-        for row in rows {
-            for (i, cell) in row.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                if let Some(v) = cell {
-                    out.push(b'"');
-                    for &b in v {
-                        if b == b'"' {
-                            out.push(b'"');
-                        }
-                        out.push(b);
-                    }
-                    out.push(b'"');
-                }
-            }
-            out.extend_from_slice(b"\r\n");
-        }
-        out
-    }
-
     proptest! {
         /// Any rows, written as PostgreSQL writes each format and cut into any pieces,
         /// decode to themselves.
@@ -701,8 +658,8 @@ mod tests {
             cuts in proptest::collection::vec(any::<usize>(), 0..6),
         ) {
             for (format, data) in [
-                (CopyFormat::text(), encode_text(&rows)),
-                (CopyFormat::csv(), encode_csv(&rows)),
+                (CopyFormat::text(), written(&CopyFormat::text(), &rows)),
+                (CopyFormat::csv(), written(&CopyFormat::csv(), &rows)),
                 (CopyFormat::Binary, binary(&rows)),
             ] {
                 let got = decode_in_pieces(format.clone(), 3, &data, &cuts).unwrap();

@@ -13,28 +13,26 @@
 //! Values take the column's type: text and CSV cells are cast as INSERT casts a string
 //! (`'42'` into BIGINT), vectors are pgvector's text `[1,2,3]`; binary cells are the type's
 //! binary form, integers and floats of any width, vectors as pgvector's binary form or a
-//! `real[]` / `float8[]` array.
+//! `real[]` / `float8[]` array. Columns the COPY leaves out take their DEFAULT, or NULL.
 
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::DataFusionError;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::sql::sqlparser::ast::{
-    CopyLegacyCsvOption, CopyLegacyOption, CopyOption, CopySource, CopyTarget, Statement,
-};
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::Parser;
 use pgwire::error::ErrorInfo;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::bound_insert::{self, InsertShape, Value};
-use super::copy_format::{Cell, CopyError, CopyFormat, CsvOptions, RowDecoder};
+use super::copy_format::{Cell, CopyError, CopyFormat, RowDecoder};
+use super::copy_statement::{CopyStatement, copy_error};
 use super::sqlstate::{code, df_error, error_info};
 use super::types::{decode_float_array_binary, decode_vector_binary};
 use crate::FragvecSession;
+use crate::engine::statements::dml::ColumnDefaults;
 use crate::format::types::vector_dim;
-use crate::sql::pin::normalize_ident;
 
 /// Rows of one batch: at most this many bytes of cells...
 const BATCH_BYTES: usize = 8 << 20;
@@ -42,249 +40,6 @@ const BATCH_BYTES: usize = 8 << 20;
 const BATCH_ROWS: usize = 8192;
 /// The data of one CopyData message is decoded in slices of this many bytes.
 const DECODE_BYTES: usize = 1 << 20;
-
-/// A parsed `COPY ... FROM STDIN`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CopyStatement {
-    pub table: String,
-    /// The columns named, or `None` for all in table order.
-    pub columns: Option<Vec<String>>,
-    pub format: CopyFormat,
-}
-
-/// `sql` as a `COPY ... FROM STDIN`, if it is one; an error for one with options fragvec
-/// does not take.
-pub fn parse(sql: &str) -> Option<Result<CopyStatement, CopyError>> {
-    let head = sql.trim_start().get(..4)?;
-    if !head.eq_ignore_ascii_case("copy") {
-        return None;
-    }
-    let mut statements = match Parser::parse_sql(&PostgreSqlDialect {}, sql) {
-        Ok(s) => s,
-        // A COPY FROM STDIN the parser refuses: say why (anything else is not ours).
-        Err(e) if sql.to_ascii_lowercase().contains("stdin") => {
-            return Some(Err(copy_error(code::SYNTAX_ERROR, e.to_string())));
-        }
-        Err(_) => return None,
-    };
-    if statements.len() != 1 {
-        return None;
-    }
-    let Some(Statement::Copy {
-        source: CopySource::Table {
-            table_name,
-            columns,
-        },
-        to: false,
-        target: CopyTarget::Stdin,
-        options,
-        legacy_options,
-        values,
-    }) = statements.pop()
-    else {
-        return None;
-    };
-    // The parser takes what follows `COPY ... FROM STDIN;` in the same text as inline data.
-    if !values.is_empty() || more_after_semicolon(sql) {
-        return Some(Err(copy_error(
-            code::FEATURE_NOT_SUPPORTED,
-            "COPY FROM STDIN must be the only statement of its query string; its rows come \
-             as CopyData messages",
-        )));
-    }
-    Some(statement(table_name, columns, &options, &legacy_options))
-}
-
-/// Whether anything but whitespace and comments follows the first `;` of `sql` (outside
-/// quotes: the tokenizer decides).
-fn more_after_semicolon(sql: &str) -> bool {
-    use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
-    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
-        return false;
-    };
-    tokens
-        .iter()
-        .skip_while(|t| **t != Token::SemiColon)
-        .skip(1)
-        .any(|t| !matches!(t, Token::Whitespace(_) | Token::SemiColon | Token::EOF))
-}
-
-fn statement(
-    table_name: datafusion::sql::sqlparser::ast::ObjectName,
-    columns: Vec<datafusion::sql::sqlparser::ast::Ident>,
-    options: &[CopyOption],
-    legacy: &[CopyLegacyOption],
-) -> Result<CopyStatement, CopyError> {
-    let unsupported = |what: String| {
-        copy_error(
-            code::FEATURE_NOT_SUPPORTED,
-            format!("COPY FROM STDIN does not take {what}"),
-        )
-    };
-    let table = match table_name.0.as_slice() {
-        [part] => part
-            .as_ident()
-            .map(normalize_ident)
-            .ok_or_else(|| unsupported(format!("the table name {table_name}")))?,
-        _ => {
-            return Err(unsupported(format!(
-                "a qualified table name ({table_name})"
-            )));
-        }
-    };
-    let columns = (!columns.is_empty()).then(|| columns.iter().map(normalize_ident).collect());
-
-    // The format first: the other options' defaults depend on it.
-    let mut format = CopyFormat::text();
-    let mut header = false;
-    let mut delimiter = None;
-    let mut null = None;
-    let mut quote = None;
-    let mut escape = None;
-    for o in options {
-        if let CopyOption::Format(name) = o {
-            format = match name.value.to_ascii_lowercase().as_str() {
-                "text" => CopyFormat::text(),
-                "csv" => CopyFormat::csv(),
-                "binary" => CopyFormat::Binary,
-                other => {
-                    return Err(copy_error(
-                        code::INVALID_PARAMETER_VALUE,
-                        format!("COPY format \"{other}\" not recognized"),
-                    ));
-                }
-            };
-        }
-    }
-    for o in legacy {
-        match o {
-            CopyLegacyOption::Binary => format = CopyFormat::Binary,
-            CopyLegacyOption::Csv(csv) => {
-                format = CopyFormat::csv();
-                for c in csv {
-                    match c {
-                        CopyLegacyCsvOption::Header => header = true,
-                        CopyLegacyCsvOption::Quote(q) => quote = Some(*q),
-                        CopyLegacyCsvOption::Escape(e) => escape = Some(*e),
-                        other => return Err(unsupported(format!("the option {other}"))),
-                    }
-                }
-            }
-            CopyLegacyOption::Delimiter(d) => delimiter = Some(*d),
-            CopyLegacyOption::Null(n) => null = Some(n.clone()),
-            other => return Err(unsupported(format!("the option {other}"))),
-        }
-    }
-    for o in options {
-        match o {
-            CopyOption::Format(_) | CopyOption::Freeze(_) => {}
-            CopyOption::Delimiter(d) => delimiter = Some(*d),
-            CopyOption::Null(n) => null = Some(n.clone()),
-            CopyOption::Header(h) => header = *h,
-            CopyOption::Quote(q) => quote = Some(*q),
-            CopyOption::Escape(e) => escape = Some(*e),
-            CopyOption::Encoding(e)
-                if matches!(e.to_ascii_uppercase().as_str(), "UTF8" | "UTF-8") => {}
-            other => return Err(unsupported(format!("the option {other}"))),
-        }
-    }
-    let one_byte = |c: char, what: &str| -> Result<u8, CopyError> {
-        if c.is_ascii() && c != '\n' && c != '\r' {
-            Ok(c as u8)
-        } else {
-            Err(copy_error(
-                code::INVALID_PARAMETER_VALUE,
-                format!("COPY {what} must be a single one-byte character"),
-            ))
-        }
-    };
-    let refuse_for = |what: &str, format: &str| {
-        copy_error(
-            code::INVALID_PARAMETER_VALUE,
-            format!("cannot specify {what} in {format} mode"),
-        )
-    };
-    match &mut format {
-        CopyFormat::Binary => {
-            for (given, what) in [
-                (delimiter.is_some(), "DELIMITER"),
-                (null.is_some(), "NULL"),
-                (header, "HEADER"),
-                (quote.is_some(), "QUOTE"),
-                (escape.is_some(), "ESCAPE"),
-            ] {
-                if given {
-                    return Err(refuse_for(what, "BINARY"));
-                }
-            }
-        }
-        CopyFormat::Text {
-            delimiter: d,
-            null: n,
-            header: h,
-        } => {
-            if quote.is_some() || escape.is_some() {
-                return Err(copy_error(
-                    code::FEATURE_NOT_SUPPORTED,
-                    "COPY QUOTE and ESCAPE are available only in CSV mode",
-                ));
-            }
-            if let Some(c) = delimiter {
-                *d = one_byte(c, "delimiter")?;
-            }
-            if let Some(s) = null {
-                *n = s.into_bytes();
-            }
-            *h = header;
-        }
-        CopyFormat::Csv(CsvOptions {
-            delimiter: d,
-            quote: q,
-            escape: e,
-            null: n,
-            header: h,
-        }) => {
-            if let Some(c) = delimiter {
-                *d = one_byte(c, "delimiter")?;
-            }
-            if let Some(c) = quote {
-                *q = one_byte(c, "quote")?;
-                *e = *q;
-            }
-            if let Some(c) = escape {
-                *e = one_byte(c, "escape")?;
-            }
-            if let Some(s) = null {
-                *n = s.into_bytes();
-            }
-            *h = header;
-            if *d == *q {
-                return Err(copy_error(
-                    code::INVALID_PARAMETER_VALUE,
-                    "COPY delimiter and quote must be different",
-                ));
-            }
-        }
-    }
-    Ok(CopyStatement {
-        table,
-        columns,
-        format,
-    })
-}
-
-fn copy_error(sqlstate: &'static str, message: impl Into<String>) -> CopyError {
-    CopyError {
-        sqlstate,
-        message: message.into(),
-    }
-}
-
-impl From<CopyError> for ErrorInfo {
-    fn from(e: CopyError) -> Self {
-        error_info(e.sqlstate, e.message)
-    }
-}
 
 /// What the writer task reads.
 enum Piece {
@@ -300,6 +55,8 @@ pub struct CopyIn {
     /// The table's columns and which of them the COPY's columns are.
     schema: SchemaRef,
     names: Vec<String>,
+    /// The DEFAULTs of the columns the COPY leaves out.
+    defaults: ColumnDefaults,
     rows: Vec<Vec<Cell>>,
     batch_rows: usize,
     to_writer: mpsc::Sender<Piece>,
@@ -354,18 +111,8 @@ impl CopyIn {
         }
         let defaults = target.defaults();
         for field in schema.fields() {
-            if names.contains(field.name()) {
+            if names.contains(field.name()) || defaults.contains(field.name()) {
                 continue;
-            }
-            if defaults.contains(field.name()) {
-                return Err(error_info(
-                    code::FEATURE_NOT_SUPPORTED,
-                    format!(
-                        "COPY must list column \"{}\": fragvec does not fill DEFAULT values \
-                         in COPY (INSERT does)",
-                        field.name()
-                    ),
-                ));
             }
             if !field.is_nullable() {
                 return Err(error_info(
@@ -378,6 +125,7 @@ impl CopyIn {
                 ));
             }
         }
+        let defaults = session.column_defaults(&target).map_err(df)?;
         let row_bytes: usize = names
             .iter()
             .map(|n| {
@@ -411,11 +159,23 @@ impl CopyIn {
         let writer =
             tokio::spawn(async move { writer_session.append_stream(&target, stream).await });
         let columns = names.len();
+        // The columns left out come NULL from the cells, then take their DEFAULTs
+        // ([`with_defaults`]): NOT NULL is the write's to check, on the filled values.
+        let loose: Vec<_> = schema
+            .fields()
+            .iter()
+            .map(|f| match names.contains(f.name()) {
+                true => f.clone(),
+                false => Arc::new(f.as_ref().clone().with_nullable(true)),
+            })
+            .collect();
+        let schema = Arc::new(Schema::new(loose));
         Ok(CopyIn {
             decoder: RowDecoder::new(statement.format.clone(), columns),
             statement,
             schema,
             names,
+            defaults,
             rows: Vec::new(),
             batch_rows,
             to_writer,
@@ -489,6 +249,7 @@ impl CopyIn {
             let rows: Vec<Vec<Cell>> = self.rows.drain(..take).collect();
             let first_row = self.decoder.rows() - (self.rows.len() + rows.len()) as u64 + 1;
             let batch = to_batch(&self.statement, &self.schema, &self.names, rows, first_row)?;
+            let batch = with_defaults(batch, &self.names, &self.defaults)?;
             if self.to_writer.send(Piece::Batch(batch)).await.is_err() {
                 return Err(self.writer_error().await);
             }
@@ -562,6 +323,42 @@ fn to_batch(
         )),
         Err(m) => Err(copy_error(code::INVALID_TEXT_REPRESENTATION, m)),
     }
+}
+
+/// `batch` with the columns the COPY leaves out (NULL so far) filled by their DEFAULTs.
+fn with_defaults(
+    batch: RecordBatch,
+    names: &[String],
+    defaults: &ColumnDefaults,
+) -> Result<RecordBatch, CopyError> {
+    let schema = batch.schema();
+    let mut fields = schema.fields().to_vec();
+    let mut columns = batch.columns().to_vec();
+    let mut filled = false;
+    for (i, field) in schema.fields().iter().enumerate() {
+        if names.contains(field.name()) {
+            continue;
+        }
+        let values = defaults
+            .values(field.name(), batch.num_rows())
+            .map_err(|e| {
+                let column = field.name();
+                copy_error(
+                    code::DATA_EXCEPTION,
+                    format!("DEFAULT of column \"{column}\": {e}"),
+                )
+            })?;
+        if let Some(values) = values {
+            fields[i] = Arc::new(Field::new(field.name(), values.data_type().clone(), true));
+            columns[i] = values;
+            filled = true;
+        }
+    }
+    if !filled {
+        return Ok(batch);
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+        .map_err(|e| copy_error(code::INTERNAL_ERROR, e.to_string()))
 }
 
 /// One cell as a value for a column of type `ty`; an error with its SQLSTATE.
@@ -653,94 +450,6 @@ fn vector_binary(b: &[u8]) -> Result<Vec<f32>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn parsed(sql: &str) -> CopyStatement {
-        parse(sql).expect("a COPY FROM STDIN").expect("accepted")
-    }
-
-    fn refused(sql: &str) -> CopyError {
-        parse(sql).expect("a COPY FROM STDIN").expect_err("refused")
-    }
-
-    #[test]
-    fn statements_and_their_options() {
-        let s = parsed("copy Items (ID, emb) from stdin");
-        assert_eq!(s.table, "items");
-        assert_eq!(s.columns, Some(vec!["id".into(), "emb".into()]));
-        assert_eq!(s.format, CopyFormat::text());
-
-        let s =
-            parsed("COPY t FROM STDIN WITH (FORMAT csv, HEADER true, DELIMITER ';', NULL 'NA')");
-        assert_eq!(s.columns, None);
-        assert_eq!(
-            s.format,
-            CopyFormat::Csv(CsvOptions {
-                delimiter: b';',
-                quote: b'"',
-                escape: b'"',
-                null: b"NA".to_vec(),
-                header: true,
-            })
-        );
-        // psycopg's and asyncpg's spellings of binary
-        assert_eq!(
-            parsed("COPY t FROM STDIN (FORMAT BINARY)").format,
-            CopyFormat::Binary
-        );
-        assert_eq!(
-            parsed("COPY t FROM STDIN WITH BINARY").format,
-            CopyFormat::Binary
-        );
-        assert_eq!(parsed("COPY t FROM STDIN (FORMAT binary)").format.code(), 1);
-        // a quote sets the escape too, unless it is given
-        let CopyFormat::Csv(o) = parsed("COPY t FROM STDIN (FORMAT csv, QUOTE '''')").format else {
-            panic!()
-        };
-        assert_eq!((o.quote, o.escape), (b'\'', b'\''));
-    }
-
-    #[test]
-    fn what_is_not_a_copy_from_stdin_is_left_alone() {
-        assert!(parse("SELECT 1").is_none());
-        assert!(parse("COPY t TO STDOUT").is_none());
-        assert!(parse("COPY t TO '/tmp/x.parquet'").is_none());
-        assert!(parse("cop").is_none());
-    }
-
-    #[test]
-    fn options_that_cannot_be_honoured_are_refused() {
-        assert_eq!(refused("COPY t FROM STDIN; SELECT 1").sqlstate, "0A000");
-        // a `;` in an option, and one ending the statement, are not a second statement
-        assert_eq!(
-            parsed("COPY t FROM STDIN WITH (DELIMITER ';');").format,
-            CopyFormat::Text {
-                delimiter: b';',
-                null: b"\\N".to_vec(),
-                header: false
-            }
-        );
-        assert_eq!(refused("COPY t FROM STDIN WITH (FORMAT").sqlstate, "42601");
-        assert_eq!(refused("COPY t FROM STDIN (FORMAT xml)").sqlstate, "22023");
-        assert_eq!(
-            refused("COPY t FROM STDIN (FORMAT binary, DELIMITER ',')").sqlstate,
-            "22023"
-        );
-        assert_eq!(
-            refused("COPY t FROM STDIN (FORMAT csv, DELIMITER '\"')").sqlstate,
-            "22023"
-        );
-        assert_eq!(refused("COPY t FROM STDIN (QUOTE '\"')").sqlstate, "0A000");
-        assert_eq!(
-            refused("COPY t FROM STDIN (FORCE_NULL (a))").sqlstate,
-            "0A000"
-        );
-        assert_eq!(refused("COPY s.t FROM STDIN").sqlstate, "0A000");
-        // the parser already refuses a delimiter of more than one byte
-        assert_eq!(
-            refused("COPY t FROM STDIN (DELIMITER 'é')").sqlstate,
-            "42601"
-        );
-    }
 
     fn pgvector_binary(v: &[f32]) -> Vec<u8> {
         let mut b = (v.len() as u16).to_be_bytes().to_vec();

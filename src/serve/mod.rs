@@ -18,8 +18,11 @@
 pub mod auth;
 pub mod bound_insert;
 pub mod connection;
+pub mod copy_encode;
 pub mod copy_format;
 pub mod copy_in;
+pub mod copy_out;
+pub mod copy_statement;
 pub mod files;
 #[cfg(feature = "flight")]
 pub mod flight;

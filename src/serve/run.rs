@@ -14,7 +14,9 @@ use futures::channel::oneshot;
 use pgwire::error::ErrorInfo;
 
 use super::bound_insert::{InsertShape, Value as InsertValue};
-use super::copy_in::{self, CopyIn};
+use super::copy_in::CopyIn;
+use super::copy_out::CopyOut;
+use super::copy_statement::{self, Copy};
 use super::files::AllowedFiles;
 use super::pg_catalog;
 use super::settings::{self, SettingStatement, Settings};
@@ -34,6 +36,8 @@ pub enum Output {
     Command(String),
     /// A `COPY ... FROM STDIN` waiting for its data (the connection keeps it until CopyDone).
     CopyIn(Box<CopyIn>),
+    /// A `COPY ... TO STDOUT` whose query has started: the connection sends its rows.
+    CopyOut(Box<CopyOut>),
     /// A transaction-control statement: its tag, whether it opened or closed a block, and a
     /// warning to send before it.
     Control {
@@ -103,8 +107,12 @@ impl Runner<'_> {
     pub async fn run(&self, sql: &str) -> Vec<Result<Output, ErrorInfo>> {
         // Control and PostgreSQL settings first: some never parse as DataFusion SQL
         // (`SET TIME ZONE LOCAL`, `DISCARD ALL`), and they need no session.
-        if let Some(copy) = copy_in::parse(sql) {
-            return vec![self.start_copy(copy).await];
+        match copy_statement::parse(sql) {
+            Some(Ok(Copy::FromStdin(copy))) => return vec![self.start_copy(Ok(copy)).await],
+            Some(Ok(Copy::ToStdout(copy))) => return vec![self.start_copy_out(copy).await],
+            // Refused, after the block's own refusal if it has one.
+            Some(Err(e)) => return vec![self.start_copy(Err(e)).await],
+            None => {}
         }
         if let Some(out) = self.special(sql) {
             return vec![out];
@@ -162,8 +170,8 @@ impl Runner<'_> {
         if lower.starts_with("copy") && (lower.contains("stdin") || lower.contains("stdout")) {
             return Some(Err(error_info(
                 code::FEATURE_NOT_SUPPORTED,
-                "fragvec serve runs COPY FROM STDIN alone in its query string, and not COPY TO \
-                 STDOUT yet: read rows with SELECT",
+                "fragvec serve runs COPY FROM STDIN and COPY TO STDOUT alone in their query \
+                 string",
             )));
         }
         let setting = settings::parse(sql)?;
@@ -225,7 +233,7 @@ impl Runner<'_> {
     /// Starts a `COPY ... FROM STDIN`: a write, admitted as one into a transaction block.
     async fn start_copy(
         &self,
-        copy: Result<copy_in::CopyStatement, super::copy_format::CopyError>,
+        copy: Result<copy_statement::CopyStatement, super::copy_format::CopyError>,
     ) -> Result<Output, ErrorInfo> {
         if let Err(e) = self.block.lock().expect("lock").admit() {
             return Err(error_info(e.sqlstate, e.message));
@@ -236,6 +244,24 @@ impl Runner<'_> {
         };
         match started {
             Ok(copy) => Ok(Output::CopyIn(Box::new(copy))),
+            Err(e) => {
+                self.block.lock().expect("lock").failed();
+                Err(e)
+            }
+        }
+    }
+
+    /// Starts a `COPY ... TO STDOUT`: a read, whose query starts here and whose rows the
+    /// connection sends.
+    async fn start_copy_out(
+        &self,
+        copy: copy_statement::CopyOutStatement,
+    ) -> Result<Output, ErrorInfo> {
+        if let Err(e) = self.block.lock().expect("lock").admit() {
+            return Err(error_info(e.sqlstate, e.message));
+        }
+        match CopyOut::start(self.session, copy).await {
+            Ok(copy) => Ok(Output::CopyOut(Box::new(copy))),
             Err(e) => {
                 self.block.lock().expect("lock").failed();
                 Err(e)

@@ -3,7 +3,7 @@
 
 The bulk loads pgvector's documentation shows: psycopg's `cursor.copy()` writing numpy vectors
 in text format and in binary format (`set_types([..., 'vector'])`, pgvector's binary form), raw
-CSV with a header, quoted fields and NULLs, and asyncpg's `copy_records_to_table` (binary, with
+CSV with a header, quoted fields and NULLs, columns left out taking their DEFAULT, and asyncpg's `copy_records_to_table` (binary, with
 pgvector's codec). 20,000 rows in many CopyData messages, then exact KNN against numpy. A COPY
 is all or nothing: a bad row, a wrong dimension or a client that aborts (CopyFail) leaves the
 table as it was, and the connection usable. Errors: a missing table (42P01) or column (42703).
@@ -26,7 +26,8 @@ from common import FRAGVEC, POSTGRES, check, check_eq, drop_at_exit, note, run_m
 
 ITEMS = table("copied")
 BIG = table("copied_big")
-drop_at_exit(ITEMS, BIG)
+DEFAULTS = table("copied_defaults")
+drop_at_exit(ITEMS, BIG, DEFAULTS)
 DIM = 32
 
 
@@ -60,7 +61,7 @@ def main():
     if POSTGRES:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
     register_vector(conn)
-    for name in (ITEMS, BIG):
+    for name in (ITEMS, BIG, DEFAULTS):
         conn.execute("DROP TABLE IF EXISTS %s" % name)
     conn.execute("CREATE TABLE %s (id BIGINT NOT NULL, category INT, note TEXT, emb VECTOR(3))" % ITEMS)
     model = {}  # id -> (category, note, vector)
@@ -100,6 +101,24 @@ def main():
     model[20] = (None, 'say "hi", twice', [7.0, 8.0, 9.0])
     model[21] = (None, None, None)
     model[22] = (None, "", [1.5, 2.5, 3.5])
+
+    step("columns a COPY leaves out take their DEFAULT (NOT NULL ones too), or NULL")
+    conn.execute(
+        "CREATE TABLE %s (id BIGINT NOT NULL, status TEXT NOT NULL DEFAULT 'new', "
+        "rank INT DEFAULT 7, note TEXT, emb VECTOR(3))" % DEFAULTS
+    )
+    with cur.copy("COPY %s (id, emb) FROM STDIN" % DEFAULTS) as copy:
+        copy.write_row((1, np.array([1, 2, 3])))
+        copy.write_row((2, None))
+    with cur.copy("COPY %s (id, status) FROM STDIN WITH (FORMAT BINARY)" % DEFAULTS) as copy:
+        copy.set_types(["int8", "text"])
+        copy.write_row((3, "done"))
+    got = conn.execute("SELECT id, status, rank, note FROM %s ORDER BY id" % DEFAULTS).fetchall()
+    check_eq(
+        got,
+        [(1, "new", 7, None), (2, "new", 7, None), (3, "done", 7, None)],
+        "rows a COPY filled with DEFAULTs",
+    )
 
     step("the table holds exactly what was copied")
     got = {

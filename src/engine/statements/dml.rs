@@ -165,6 +165,63 @@ impl AppendTarget {
     }
 }
 
+/// The `DEFAULT` expressions of a table's columns, planned once for a load that leaves those
+/// columns out (COPY), then evaluated for each batch of rows: a constant or `now()` gives the
+/// same value to every row (`now()` is the load's start), `random()` one per row.
+pub struct ColumnDefaults {
+    exprs: Vec<(
+        String,
+        std::sync::Arc<dyn datafusion::physical_expr::PhysicalExpr>,
+    )>,
+}
+
+impl ColumnDefaults {
+    /// The value of column `column`'s DEFAULT for `rows` rows; `None` when it has none.
+    pub fn values(
+        &self,
+        column: &str,
+        rows: usize,
+    ) -> Result<Option<datafusion::arrow::array::ArrayRef>> {
+        use datafusion::arrow::array::{RecordBatch, RecordBatchOptions};
+        let Some((_, expr)) = self.exprs.iter().find(|(c, _)| c == column) else {
+            return Ok(None);
+        };
+        // No columns, `rows` rows: what a DEFAULT (which names no column) evaluates over.
+        let batch = RecordBatch::try_new_with_options(
+            std::sync::Arc::new(datafusion::arrow::datatypes::Schema::empty()),
+            vec![],
+            &RecordBatchOptions::new().with_row_count(Some(rows)),
+        )?;
+        Ok(Some(expr.evaluate(&batch)?.into_array(rows)?))
+    }
+}
+
+impl FragvecSession {
+    /// The DEFAULT expressions of `target`'s columns, planned in this session as INSERT
+    /// plans them.
+    pub fn column_defaults(&self, target: &AppendTarget) -> Result<ColumnDefaults> {
+        let mut state = self.coordinator_state();
+        state.mark_start_execution();
+        let none = datafusion::common::DFSchema::empty();
+        let recorded = &target.0.manifest.properties.column_defaults;
+        let exprs = recorded
+            .iter()
+            .map(|(column, sql)| {
+                let planned = state
+                    .create_logical_expr(sql, &none)
+                    .and_then(|e| state.create_physical_expr(e, &none));
+                match planned {
+                    Ok(e) => Ok((column.clone(), e)),
+                    Err(e) => {
+                        datafusion::common::plan_err!("DEFAULT of column '{column}' ({sql}): {e}")
+                    }
+                }
+            })
+            .collect::<Result<_>>()?;
+        Ok(ColumnDefaults { exprs })
+    }
+}
+
 impl FragvecSession {
     /// Fragvec table `table` to append rows to; `None` when no fragvec table has that name
     /// (it may be a session table).
