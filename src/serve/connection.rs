@@ -17,13 +17,13 @@ use async_trait::async_trait;
 use datafusion::arrow::datatypes::Schema;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{Expr, Value, Visit, Visitor};
-use futures::{Sink, SinkExt, stream};
+use futures::{Sink, SinkExt};
 use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::results::{
-    CopyResponse, DescribePortalResponse, DescribeResponse, DescribeStatementResponse, FieldFormat,
-    FieldInfo, QueryResponse, Response, Tag,
+    DescribePortalResponse, DescribeResponse, DescribeStatementResponse, FieldFormat, FieldInfo,
+    Response, Tag,
 };
 use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::PortalStore;
@@ -36,13 +36,13 @@ use pgwire::messages::extendedquery::{
     Bind, BindComplete, Describe, Parse, ParseComplete, TARGET_TYPE_BYTE_PORTAL,
     TARGET_TYPE_BYTE_STATEMENT,
 };
-use pgwire::messages::response::NoticeResponse;
 use tokio::sync::OnceCell;
 
 use super::bound_insert::{self, InsertShape};
 use super::copy_in::CopyIn;
 use super::params;
 use super::pg_catalog;
+use super::respond;
 use super::run::{CancelSignal, Output, Runner, df_error, error_info};
 use super::settings::Settings;
 use super::sqlstate::code;
@@ -163,6 +163,15 @@ impl Connection {
         Ok(self.runner(cancel).await?.run(sql).await)
     }
 
+    /// Where outputs go besides the client.
+    fn destination(&self) -> respond::Destination<'_> {
+        respond::Destination {
+            copy_in: &self.copy_in,
+            block: &self.block,
+            timeout: self.settings.lock().expect("lock").statement_timeout(),
+        }
+    }
+
     /// The connection's state for running statements.
     async fn runner(&self, cancel: CancelSignal) -> PgWireResult<Runner<'_>> {
         Ok(Runner {
@@ -179,115 +188,6 @@ fn user_error(e: ErrorInfo) -> PgWireError {
     PgWireError::UserError(Box::new(e))
 }
 
-/// pgwire's response for one statement's output, its rows in the formats `binary(i)` asks.
-/// A COPY FROM STDIN goes to `copy_in`, to take the data that follows.
-fn response(
-    out: Result<Output, ErrorInfo>,
-    binary: &dyn Fn(usize) -> bool,
-    copy_in: &Mutex<Option<Box<CopyIn>>>,
-) -> Response {
-    match out {
-        Err(e) => Response::Error(Box::new(e)),
-        Ok(Output::CopyIn(copy)) => {
-            let (format, columns) = copy.response_shape();
-            *copy_in.lock().expect("lock") = Some(copy);
-            Response::CopyIn(CopyResponse::new(format, columns, stream::empty()))
-        }
-        // Sent by `respond`, which needs the client.
-        Ok(Output::CopyOut(_)) => Response::Error(Box::new(error_info(
-            code::INTERNAL_ERROR,
-            "a COPY TO STDOUT reached the wrong sender",
-        ))),
-        Ok(Output::Command(tag)) => Response::Execution(Tag::new(&tag)),
-        Ok(Output::Control { tag, opened, .. }) => match opened {
-            Some(true) => Response::TransactionStart(Tag::new(tag)),
-            Some(false) => Response::TransactionEnd(Tag::new(tag)),
-            None => Response::Execution(Tag::new(tag)),
-        },
-        Ok(Output::Rows(result)) => {
-            let fields = Arc::new(types::fields(&result.schema, binary));
-            let mut rows = Vec::with_capacity(result.num_rows());
-            for batch in &result.batches {
-                match types::encode_rows(batch, &fields) {
-                    Ok(r) => rows.extend(r.into_iter().map(Ok)),
-                    Err(e) => {
-                        return Response::Error(Box::new(error_info(code::DATA_EXCEPTION, e)));
-                    }
-                }
-            }
-            let mut q = QueryResponse::new(fields, stream::iter(rows));
-            if result.schema.fields().len() == 1 && result.schema.field(0).name() == "plan" {
-                q.set_command_tag("EXPLAIN");
-            }
-            Response::Query(q)
-        }
-    }
-}
-
-/// [`response`], after sending a `COPY ... TO STDOUT`'s rows (they go to the client as
-/// they are produced, under the statement timeout).
-async fn respond<C>(
-    client: &mut C,
-    out: Result<Output, ErrorInfo>,
-    binary: &(dyn Fn(usize) -> bool + Sync),
-    connection: &Connection,
-) -> PgWireResult<Response>
-where
-    C: Sink<PgWireBackendMessage> + Unpin + Send,
-    C::Error: Debug,
-    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-{
-    let Ok(Output::CopyOut(copy)) = out else {
-        return Ok(response(out, binary, &connection.copy_in));
-    };
-    let timeout = connection
-        .settings
-        .lock()
-        .expect("lock")
-        .statement_timeout();
-    let sent = match timeout {
-        Some(limit) => match tokio::time::timeout(limit, copy.send(client)).await {
-            Ok(sent) => sent?,
-            Err(_) => Err(error_info(
-                code::QUERY_CANCELED,
-                "canceling statement due to statement timeout",
-            )),
-        },
-        None => copy.send(client).await?,
-    };
-    Ok(match sent {
-        Ok(rows) => Response::Execution(Tag::new("COPY").with_rows(rows as usize)),
-        Err(e) => {
-            connection.block.lock().expect("lock").failed();
-            Response::Error(Box::new(e))
-        }
-    })
-}
-
-/// Sends the warnings of control statements before their responses.
-async fn send_warnings<C>(
-    client: &mut C,
-    outputs: &mut [Result<Output, ErrorInfo>],
-) -> PgWireResult<()>
-where
-    C: Sink<PgWireBackendMessage> + Unpin + Send,
-    C::Error: Debug,
-    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-{
-    for out in outputs.iter_mut() {
-        if let Ok(Output::Control { warning, .. }) = out
-            && let Some(w) = warning.take()
-        {
-            client
-                .feed(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(
-                    w,
-                )))
-                .await?;
-        }
-    }
-    Ok(())
-}
-
 #[async_trait]
 impl SimpleQueryHandler for Connection {
     async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
@@ -299,10 +199,11 @@ impl SimpleQueryHandler for Connection {
     {
         // pgwire races Query against the connection's cancel request itself.
         let mut outputs = self.run(query, CancelSignal::never()).await?;
-        send_warnings(client, &mut outputs).await?;
+        respond::send_warnings(client, &mut outputs).await?;
         let mut responses = Vec::with_capacity(outputs.len());
         for out in outputs {
-            responses.push(respond(client, out, &|_| false, self).await?);
+            let to = self.destination();
+            responses.push(respond::respond(client, out, &|_| false, true, &to).await?);
         }
         Ok(responses)
     }
@@ -636,6 +537,10 @@ impl ExtendedQueryHandler for Connection {
                 let binary = |i| portal.result_column_format.format_for(i) == FieldFormat::Binary;
                 DescribePortalResponse::new(types::fields(&r.schema, binary))
             }
+            Some(Ok(Output::Stream(rows))) => {
+                let binary = |i| portal.result_column_format.format_for(i) == FieldFormat::Binary;
+                DescribePortalResponse::new(types::fields(&rows.0.schema(), binary))
+            }
             Some(Err(_)) => {
                 let Err(e) = outputs.remove(0) else {
                     unreachable!()
@@ -680,9 +585,15 @@ impl ExtendedQueryHandler for Connection {
                     .load(std::sync::atomic::Ordering::Relaxed)
                 {
                     for out in &mut outputs {
-                        if let Ok(Output::Rows(r)) = out {
-                            *out = Ok(Output::Command(format!("SELECT {}", r.num_rows())));
-                        }
+                        let n = match std::mem::replace(out, Ok(Output::Command(String::new()))) {
+                            Ok(Output::Rows(r)) => Ok(r.num_rows()),
+                            Ok(Output::Stream(rows)) => respond::count_rows(rows).await,
+                            other => {
+                                *out = other;
+                                continue;
+                            }
+                        };
+                        *out = n.map(|n| Output::Command(format!("SELECT {n}")));
                     }
                 }
                 outputs
@@ -694,11 +605,11 @@ impl ExtendedQueryHandler for Connection {
                 "cannot insert multiple commands into a prepared statement",
             )));
         }
-        send_warnings(client, &mut outputs).await?;
+        respond::send_warnings(client, &mut outputs).await?;
         let binary = |i| portal.result_column_format.format_for(i) == FieldFormat::Binary;
         match outputs.pop() {
             Some(Err(e)) => Err(user_error(e)),
-            Some(out) => respond(client, out, &binary, self).await,
+            Some(out) => respond::respond(client, out, &binary, false, &self.destination()).await,
             None => Ok(Response::EmptyQuery),
         }
     }

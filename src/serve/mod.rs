@@ -28,6 +28,7 @@ pub mod files;
 pub mod flight;
 pub mod params;
 pub mod pg_catalog;
+pub mod respond;
 pub mod run;
 pub mod settings;
 pub mod socket;

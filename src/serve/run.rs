@@ -23,8 +23,10 @@ use super::settings::{self, SettingStatement, Settings};
 use super::sqlstate::code;
 use super::transaction::{Block, Control};
 use crate::FragvecSession;
+use crate::engine::Streamed;
 use crate::engine::session::StatementResult;
 use crate::sql::FragvecStatement;
+use datafusion::execution::SendableRecordBatchStream;
 
 /// What one statement gave the client.
 #[derive(Debug)]
@@ -32,6 +34,8 @@ use crate::sql::FragvecStatement;
 pub enum Output {
     /// Rows (a query, EXPLAIN, SHOW, or a fragvec statement's one-row report).
     Rows(StatementResult),
+    /// A query's rows, produced as the connection sends them.
+    Stream(QueryRows),
     /// A statement without rows, with its command tag (`INSERT 0 3`, `CREATE TABLE`).
     Command(String),
     /// A `COPY ... FROM STDIN` waiting for its data (the connection keeps it until CopyDone).
@@ -48,6 +52,16 @@ pub enum Output {
 }
 
 pub use super::sqlstate::{df_error, error_info};
+
+/// A query's rows as they are produced: polled only as fast as the client takes them, and
+/// dropping it stops the query.
+pub struct QueryRows(pub SendableRecordBatchStream);
+
+impl std::fmt::Debug for QueryRows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("QueryRows").field(&self.0.schema()).finish()
+    }
+}
 
 /// The connection state statements run against.
 pub struct Runner<'a> {
@@ -217,12 +231,25 @@ impl Runner<'_> {
         // What a refused ROLLBACK will list: only a write inside a block needs it.
         let text = (kind.writes() && self.block.lock().expect("lock").is_open())
             .then(|| describe(&statement));
+        // A query alone in its text streams its rows to the client; one of several is
+        // collected, so that the next statement runs after it has finished.
+        // Each path's future is large (the whole planner's state machine): boxed, so that
+        // one statement does not need them all on the task's stack at once.
         let outcome = async {
-            if pg_catalog::prepare(self.session, sql, &mut statement).await? || !alone {
-                self.session.execute(statement).await.map(Some)
+            let session = self.session;
+            if pg_catalog::prepare(session, sql, &mut statement).await? {
+                match alone {
+                    true => Box::pin(session.execute_streaming(statement))
+                        .await
+                        .map(Some),
+                    false => done(Box::pin(session.execute(statement)).await),
+                }
+            } else if !alone {
+                done(Box::pin(session.execute(statement)).await)
             } else {
                 // The text is the statement: its shape may answer the next text like it.
-                self.session.execute_text(sql, statement).await.map(Some)
+                let streamed = Box::pin(session.execute_text_streaming(sql, statement)).await;
+                streamed.map(Some)
             }
         };
         self.guarded(kind, text, outcome)
@@ -300,7 +327,10 @@ impl Runner<'_> {
             .is_open()
             .then(|| sql.to_string());
         let session = self.session;
-        let append = async move { session.append_batch(&target, batch).await.map(Some) };
+        let append = async move {
+            let appended = session.append_batch(&target, batch).await;
+            appended.map(|r| Some(Streamed::Done(r)))
+        };
         self.guarded(Kind::Insert, text, append).await
     }
 
@@ -310,8 +340,12 @@ impl Runner<'_> {
         if self.block.lock().expect("lock").admit().is_err() {
             return None; // the full path reports it
         }
-        self.guarded(Kind::Query, None, self.session.run_known_shape(sql))
-            .await
+        self.guarded(
+            Kind::Query,
+            None,
+            self.session.run_known_shape_streaming(sql),
+        )
+        .await
     }
 
     /// Runs `outcome` under the statement timeout and the cancel request, and keeps the
@@ -320,7 +354,7 @@ impl Runner<'_> {
         &self,
         kind: Kind,
         text: Option<String>,
-        outcome: impl Future<Output = datafusion::common::Result<Option<StatementResult>>>,
+        outcome: impl Future<Output = datafusion::common::Result<Option<Streamed>>>,
     ) -> Option<Result<Output, ErrorInfo>> {
         // A statement stopped by dropping this future (pgwire's cancel of a Query or
         // Execute) fails the block as an error would.
@@ -361,7 +395,10 @@ impl Runner<'_> {
                 if let Some(text) = text {
                     block.ran(&text, true);
                 }
-                Some(Ok(kind.output(result)))
+                Some(Ok(match result {
+                    Streamed::Done(result) => kind.output(result),
+                    Streamed::Rows(rows) => Output::Stream(QueryRows(rows)),
+                }))
             }
             Err(e) => {
                 block.failed();
@@ -371,11 +408,18 @@ impl Runner<'_> {
     }
 }
 
+/// A statement run to its end, as [`Runner::guarded`] takes it.
+fn done(
+    result: datafusion::common::Result<StatementResult>,
+) -> datafusion::common::Result<Option<Streamed>> {
+    result.map(|r| Some(Streamed::Done(r)))
+}
+
 /// Marks the transaction block failed when dropped armed: a statement whose future was
 /// dropped before it finished.
-struct FailBlockIfDropped<'a> {
-    block: &'a std::sync::Mutex<Block>,
-    armed: bool,
+pub struct FailBlockIfDropped<'a> {
+    pub block: &'a std::sync::Mutex<Block>,
+    pub armed: bool,
 }
 
 impl Drop for FailBlockIfDropped<'_> {
@@ -549,10 +593,13 @@ mod tests {
             let lit = params::literal(&types::vector_type(), FieldFormat::Text, Some(q.as_bytes()))
                 .unwrap();
             let bound = params::substitute(sql, &[lit]).unwrap();
-            let Ok(Output::Rows(r)) = runner.run(&bound).await.remove(0) else {
+            let Ok(Output::Stream(rows)) = runner.run(&bound).await.remove(0) else {
                 panic!("no rows for {bound}");
             };
-            let ids = datafusion::arrow::util::pretty::pretty_format_batches(&r.batches)
+            let batches = datafusion::physical_plan::common::collect(rows.0)
+                .await
+                .unwrap();
+            let ids = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
                 .unwrap()
                 .to_string();
             answers.push(ids);
