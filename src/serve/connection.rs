@@ -151,6 +151,15 @@ impl Connection {
             }
             return Ok(runner.run(&bound_sql(portal)?).await);
         }
+        // A KNN query with its vector bound: its kept plan answers from the decoded values,
+        // without writing them into the text and reading them back.
+        if let Some(shape) = bound_shape(portal) {
+            let runner = self.runner(cancel).await?;
+            if let Some(out) = runner.known_shape_of(&shape).await {
+                return Ok(vec![out]);
+            }
+            return Ok(runner.run(&bound_sql(portal)?).await);
+        }
         self.run(&bound_sql(portal)?, cancel).await
     }
 
@@ -353,6 +362,34 @@ fn bound_values(portal: &Portal<Prepared>) -> PgWireResult<Option<Vec<bound_inse
         }
     }
     Ok(Some(values))
+}
+
+/// The shape of a portal's text with its vector parameters decoded, not spliced
+/// ([`params::bound_shape`]); `None` without one, or when a parameter is one the full path
+/// must word an error for.
+fn bound_shape(portal: &Portal<Prepared>) -> Option<crate::sql::vector_shape::Shape> {
+    let mut bound = Vec::with_capacity(portal.parameters.len());
+    let mut vectors = 0;
+    for (i, value) in portal.parameters.iter().enumerate() {
+        let ty = parameter_type(portal, i);
+        let format = portal.parameter_format.format_for(i);
+        if types::is_vector(&ty) {
+            let Ok(Some(bound_insert::Value::Vector(v))) =
+                bound_insert::decode(&ty, format, value.as_deref())
+            else {
+                return None;
+            };
+            vectors += 1;
+            bound.push(params::Bound::Vector(v));
+            continue;
+        }
+        let literal = params::literal(&ty, format, value.as_deref()).ok()?;
+        bound.push(params::Bound::Literal(literal));
+    }
+    if vectors == 0 {
+        return None;
+    }
+    params::bound_shape(&portal.statement.statement.sql, &bound)
 }
 
 /// The SQL of a portal: the statement's text with the bound values spliced in.

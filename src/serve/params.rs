@@ -398,6 +398,50 @@ pub fn vector_literal(values: impl Iterator<Item = f32>) -> Result<String, Param
     Ok(out)
 }
 
+/// One parameter as [`bound_shape`] takes it: a rendered literal, or a vector's values.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Bound {
+    /// What [`literal`] rendered.
+    Literal(String),
+    /// A `vector` parameter's elements (finite), decoded but not written out.
+    Vector(Vec<f32>),
+}
+
+/// The shape ([`crate::sql::vector_shape`]) of the text [`substitute`] makes of `sql` and
+/// `params`, without writing out the vectors: a vector of at least
+/// [`MIN_ELEMENTS`](crate::sql::vector_shape::MIN_ELEMENTS) elements takes its literal's
+/// place as the mask, its values go to the shape's lists. The shape equals what
+/// [`shape_of`](crate::sql::vector_shape::shape_of) finds in the spliced text, its lists the
+/// same `f32`s; `None` when there is no such vector, or the text needs the full path.
+pub fn bound_shape(sql: &str, params: &[Bound]) -> Option<crate::sql::vector_shape::Shape> {
+    use crate::sql::vector_shape::{MASK, MIN_ELEMENTS, shape_with_lists};
+    let masked_literal = format!("{MASK}::VECTOR");
+    let masked = |b: &Bound| matches!(b, Bound::Vector(v) if v.len() >= MIN_ELEMENTS);
+    let found = placeholders(sql);
+    let mut lists = Vec::new();
+    for (_, n) in &found {
+        if let Some(Bound::Vector(v)) = n.checked_sub(1).and_then(|i| params.get(i))
+            && v.len() >= MIN_ELEMENTS
+        {
+            lists.push(v.iter().map(|&x| f64::from(x)).collect());
+        }
+    }
+    if lists.is_empty() {
+        return None;
+    }
+    let mut literals = Vec::with_capacity(params.len());
+    for b in params {
+        literals.push(match b {
+            Bound::Vector(v) if v.iter().any(|x| !x.is_finite()) => return None,
+            _ if masked(b) => masked_literal.clone(),
+            Bound::Literal(l) => l.clone(),
+            Bound::Vector(v) => vector_literal(v.iter().copied()).ok()?,
+        });
+    }
+    let text = substitute_at(sql, found, &literals).ok()?;
+    shape_with_lists(&text, lists)
+}
+
 /// A `bytea` in PostgreSQL's hex text form (`\x...`) as a binary literal.
 fn bytea_text_literal(t: &str) -> Result<String, ParamError> {
     let hex_digits = t.strip_prefix("\\x").ok_or_else(|| {
@@ -493,6 +537,48 @@ mod tests {
             match &tokens[0] {
                 Token::SingleQuotedString(v) | Token::EscapedStringLiteral(v) => prop_assert_eq!(v, &s),
                 other => prop_assert!(false, "unexpected token {other:?}"),
+            }
+        }
+
+        /// A statement's shape made from its decoded vectors is the shape of its spliced text,
+        /// with the same f32 values: whatever the vectors, other parameters and placement.
+        #[test]
+        fn bound_shape_is_the_spliced_texts_shape(
+            bits in proptest::collection::vec(any::<u32>(), 8..20),
+            short in proptest::collection::vec(-10f32..10f32, 1..8),
+            text_param in "[a-z' ]{0,6}",
+            sql_index in 0usize..4,
+        ) {
+            let v: Vec<f32> = bits.into_iter().map(f32::from_bits).filter(|x| x.is_finite()).collect();
+            prop_assume!(v.len() >= 8);
+            let sql = [
+                "SELECT id FROM t ORDER BY emb <-> $1 LIMIT 10",
+                "SELECT id FROM t WHERE note = $2 ORDER BY emb <=> $1 LIMIT $3",
+                "SELECT id, emb <-> $1 AS d FROM t WHERE emb <-> $1 < 5 AND w <-> $3 < 1 ORDER BY d",
+                "SELECT $2, [1,2,3,4,5,6,7,8,9], '[1,2,3,4,5,6,7,8,9]', $1",
+            ][sql_index];
+            let params = [
+                Bound::Vector(v.clone()),
+                Bound::Literal(quote_string(&text_param)),
+                Bound::Vector(short.clone()),
+            ];
+            let literals: Vec<String> = params.iter().map(|b| match b {
+                Bound::Literal(l) => l.clone(),
+                Bound::Vector(v) => vector_literal(v.iter().copied()).unwrap(),
+            }).collect();
+            let spliced = substitute(sql, &literals).unwrap();
+            let want = crate::sql::vector_shape::shape_of(&spliced);
+            let got = bound_shape(sql, &params);
+            if sql_index == 3 {
+                // A list of the text's own: the full path reads it.
+                prop_assert!(got.is_none());
+            } else {
+                let (want, got) = (want.unwrap(), got.unwrap());
+                prop_assert_eq!(&got.text, &want.text);
+                let as_f32 = |l: &Vec<Vec<f64>>| -> Vec<Vec<f32>> {
+                    l.iter().map(|v| v.iter().map(|&x| x as f32).collect()).collect()
+                };
+                prop_assert_eq!(as_f32(&got.lists), as_f32(&want.lists));
             }
         }
 

@@ -348,6 +348,19 @@ impl Runner<'_> {
         .await
     }
 
+    /// [`Self::known_shape`] for a statement already in its shape (a prepared KNN query
+    /// with its vector decoded, [`super::params::bound_shape`]).
+    pub async fn known_shape_of(
+        &self,
+        shape: &crate::sql::vector_shape::Shape,
+    ) -> Option<Result<Output, ErrorInfo>> {
+        if self.block.lock().expect("lock").admit().is_err() {
+            return None; // the full path reports it
+        }
+        let answered = Box::pin(self.session.run_shape_streaming(shape));
+        self.guarded(Kind::Query, None, answered).await
+    }
+
     /// Runs `outcome` under the statement timeout and the cancel request, and keeps the
     /// transaction block's account. `None` (only from `outcome`) means not answered.
     async fn guarded(
@@ -585,15 +598,31 @@ mod tests {
         };
         let sql = "SELECT id FROM items ORDER BY emb <-> $1 LIMIT 2";
         let mut answers = Vec::new();
-        for q in [
+        for (i, q) in [
             "[0.9,0.1,0,0,0,0,0,0]",
             "[0,0.2,0.9,0,0,0,0,0]",
             "[0.4,0.6,0,0,0,0,0,0]",
-        ] {
+        ]
+        .into_iter()
+        .enumerate()
+        {
             let lit = params::literal(&types::vector_type(), FieldFormat::Text, Some(q.as_bytes()))
                 .unwrap();
             let bound = params::substitute(sql, &[lit]).unwrap();
-            let Ok(Output::Stream(rows)) = runner.run(&bound).await.remove(0) else {
+            // The last vector comes decoded, as a prepared statement's parameter does: its
+            // shape answers without a text.
+            let out = if i == 2 {
+                let v = crate::sql::vector_syntax::parse_vector_text(q).unwrap();
+                let v = params::Bound::Vector(v.into_iter().map(|x| x as f32).collect());
+                let shape = params::bound_shape(sql, &[v]).unwrap();
+                runner
+                    .known_shape_of(&shape)
+                    .await
+                    .expect("the kept plan answers")
+            } else {
+                runner.run(&bound).await.remove(0)
+            };
+            let Ok(Output::Stream(rows)) = out else {
                 panic!("no rows for {bound}");
             };
             let batches = datafusion::physical_plan::common::collect(rows.0)

@@ -20,7 +20,7 @@
 pub const MIN_ELEMENTS: usize = 8;
 
 /// What replaces each masked list in the shape text.
-const MASK: &str = "[?]";
+pub const MASK: &str = "[?]";
 
 /// A statement text with its long numeric list literals masked.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,6 +34,23 @@ pub struct Shape {
 /// The shape of `sql`, or `None` when the text has no masked list or uses lexical forms the
 /// scan does not follow (see the module docs).
 pub fn shape_of(sql: &str) -> Option<Shape> {
+    scan(sql).filter(|s| !s.lists.is_empty())
+}
+
+/// The shape of a text whose lists are masked already: a server that splices decoded
+/// vector parameters into a statement as [`MASK`] gives their values as `lists` (in text
+/// order) instead of writing them out for [`shape_of`] to read back. `None` when the scan
+/// does not follow `text`, or finds a list of its own (it would have to be in `lists`).
+pub fn shape_with_lists(text: &str, lists: Vec<Vec<f64>>) -> Option<Shape> {
+    let scanned = scan(text)?;
+    (scanned.lists.is_empty() && !lists.is_empty()).then_some(Shape {
+        text: scanned.text,
+        lists,
+    })
+}
+
+/// The text with its long numeric lists masked, and their values (none is no error).
+fn scan(sql: &str) -> Option<Shape> {
     let bytes = sql.as_bytes();
     let mut text = String::with_capacity(sql.len().min(4096));
     let mut lists = Vec::new();
@@ -60,9 +77,6 @@ pub fn shape_of(sql: &str) -> Option<Shape> {
             },
             _ => i += 1,
         }
-    }
-    if lists.is_empty() {
-        return None;
     }
     text.push_str(&sql[copied..]);
     Some(Shape { text, lists })

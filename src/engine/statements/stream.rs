@@ -82,6 +82,17 @@ impl FragvecSession {
         let (result, stream) = with_slot(self.run_known_shape(sql)).await?;
         Ok(result.map(|r| streamed(r, stream)))
     }
+
+    /// [`Self::run_known_shape_streaming`] for a text already masked into its shape (a
+    /// statement with its vector parameters, see [`crate::sql::vector_shape::shape_with_lists`]).
+    pub async fn run_shape_streaming(
+        &self,
+        shape: &crate::sql::vector_shape::Shape,
+    ) -> Result<Option<Streamed>> {
+        let run = super::shapes::run_known(self, Some(shape));
+        let (result, stream) = with_slot(run).await?;
+        Ok(result.map(|r| streamed(r, stream)))
+    }
 }
 
 fn streamed(result: StatementResult, stream: Option<SendableRecordBatchStream>) -> Streamed {
