@@ -306,3 +306,69 @@ async fn row_groups_a_filter_cannot_match_are_not_read() {
         "the row's offset in its fragment"
     );
 }
+
+/// The `fragments_pruned` of the KNN operator in `EXPLAIN ANALYZE sql`.
+async fn knn_pruned(s: &FragvecSession, sql: &str) -> usize {
+    let r = s.sql_one(&format!("EXPLAIN ANALYZE {sql}")).await.unwrap();
+    let plan = datafusion::arrow::util::pretty::pretty_format_batches(&r.batches)
+        .unwrap()
+        .to_string();
+    let line = plan
+        .lines()
+        .find(|l| l.contains("KnnExec"))
+        .unwrap_or_else(|| panic!("no KnnExec in\n{plan}"));
+    let at = line
+        .find("fragments_pruned=")
+        .unwrap_or_else(|| panic!("no fragments_pruned in {line}"));
+    line[at + "fragments_pruned=".len()..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn knn_filters_skip_the_fragments_they_cannot_match() {
+    let s = tables(&ten_fragments()).await;
+    // emb = [id, 0]: the nearest ids to q among those the filter keeps.
+    let nearest = |q: f64, keep: &dyn Fn(i64) -> bool| -> Vec<i64> {
+        let mut ids: Vec<i64> = (0..1000).filter(|&i| keep(i)).collect();
+        ids.sort_by(|a, b| (*a as f64 - q).abs().total_cmp(&(*b as f64 - q).abs()));
+        ids.truncate(3);
+        ids
+    };
+    let cases: [(&str, usize, &dyn Fn(i64) -> bool); 3] = [
+        // id: a fixed-width column the mask is evaluated on in memory
+        ("id BETWEEN 150 AND 249", 8, &|i| (150..=249).contains(&i)),
+        // name: text, evaluated by a scan of the kept fragments
+        ("name >= 'n0900'", 9, &|i| i >= 900),
+        ("c = 3", 1, &|i| i < 900 && i % 7 == 3),
+    ];
+    for indexed in [false, true] {
+        if indexed {
+            s.sql(
+                "CREATE VECTOR INDEX ix ON t (emb) USING IVF_FLAT WITH (num_partitions = 4); \
+                 SET fragvec.exact = true",
+            )
+            .await
+            .unwrap();
+        }
+        for (filter, pruned, keep) in &cases {
+            let sql =
+                format!("SELECT id FROM t WHERE {filter} ORDER BY emb <-> [500.25, 0] LIMIT 3");
+            let got: Vec<i64> = s.sql_one(&sql).await.unwrap().batches[0]
+                .column(0)
+                .as_primitive::<Int64Type>()
+                .values()
+                .to_vec();
+            assert_eq!(got, nearest(500.25, keep), "{sql} (indexed: {indexed})");
+            // Without an index the query is a scan and a top-k sort; with one, KnnExec.
+            let shown = match indexed {
+                false => scan_counts(&s, &sql).await.0,
+                true => knn_pruned(&s, &sql).await,
+            };
+            assert_eq!(shown, *pruned, "{sql} (indexed: {indexed})");
+        }
+    }
+}

@@ -43,9 +43,11 @@ use futures::StreamExt;
 use roaring::{RoaringBitmap, RoaringTreemap};
 
 use super::options::FragvecOptions;
+use super::prune::FragmentPruner;
 use super::scan::{
     FragmentScanExec, ROW_ADDR, ROW_ID, ScanSpec, VirtualColumns, filter_fragment_rows,
 };
+use crate::format::Fragment;
 use crate::format::index_meta::{IndexDef, IndexKind};
 use crate::index::cache::IndexCache;
 use crate::index::distance::Metric;
@@ -333,6 +335,8 @@ struct KnnMetrics {
     exact_fallbacks: Count,
     /// Data fragments whose rows were read from Parquet (scoring or fetching results).
     fragments_read: Count,
+    /// Fragments the WHERE filter's mask skipped by their column ranges.
+    fragments_pruned: Count,
 }
 
 impl KnnMetrics {
@@ -350,6 +354,7 @@ impl KnnMetrics {
             unindexed_rows: counter("rows_from_unindexed_fragments"),
             exact_fallbacks: counter("exact_fallbacks"),
             fragments_read: counter("fragments_read"),
+            fragments_pruned: counter("fragments_pruned"),
         }
     }
 
@@ -444,13 +449,35 @@ impl KnnRun {
     async fn row_mask(&self) -> Result<RoaringTreemap> {
         let spec = self.filter_spec()?;
         // Only the fragments holding a share's rows can hold its qualifying rows.
-        let fragments = match &self.share {
+        let mut fragments = match &self.share {
             Some(share) => Some(
                 knn::share_fragments(&self.scan.snapshot, self.index.as_ref(), share, &self.cache)
                     .await?,
             ),
             None => None,
         };
+        // ... and only those whose column ranges the filter may match: the others' filter
+        // columns are neither loaded nor evaluated.
+        if let Some(pruner) = spec
+            .predicate
+            .as_ref()
+            .and_then(|p| FragmentPruner::new(p, &spec.work_schema))
+        {
+            let candidates: Vec<&Fragment> = spec
+                .snapshot
+                .manifest
+                .fragments
+                .iter()
+                .filter(|f| fragments.as_ref().is_none_or(|ids| ids.contains(&f.id)))
+                .collect();
+            let may_match = pruner.may_match(&candidates);
+            let pruned = may_match.iter().filter(|m| !**m).count();
+            self.metrics.fragments_pruned.add(pruned);
+            if pruned > 0 {
+                let kept = candidates.iter().zip(&may_match).filter(|(_, m)| **m);
+                fragments = Some(kept.map(|(f, _)| f.id).collect());
+            }
+        }
         if let Some(mask) = self.row_mask_from_cache(&spec, fragments.as_ref()).await? {
             return Ok(mask);
         }
