@@ -338,7 +338,8 @@ async fn knn_filters_skip_the_fragments_they_cannot_match() {
         ids.truncate(3);
         ids
     };
-    let cases: [(&str, usize, &dyn Fn(i64) -> bool); 3] = [
+    type Keep = dyn Fn(i64) -> bool;
+    let cases: [(&str, usize, &Keep); 3] = [
         // id: a fixed-width column the mask is evaluated on in memory
         ("id BETWEEN 150 AND 249", 8, &|i| (150..=249).contains(&i)),
         // name: text, evaluated by a scan of the kept fragments
