@@ -143,11 +143,14 @@ fn parameters() -> DefaultServerParameterProvider {
 
 /// The startup handler of one connection.
 pub enum Startup {
+    /// No password asked (a loopback listen without users).
     Trust(Arc<ConnectionManager>),
+    /// SCRAM-SHA-256 against the server's users.
     Scram(Box<SASLAuthStartupHandler<DefaultServerParameterProvider>>),
 }
 
 impl Startup {
+    /// The handler `auth` calls for, registering the connection with `manager`.
     pub fn new(auth: &Authentication, manager: Arc<ConnectionManager>) -> Self {
         match auth {
             Authentication::Trust => Startup::Trust(manager),
@@ -200,7 +203,9 @@ impl StartupHandler for Startup {
 /// A certificate chain and its private key, in PEM files.
 #[derive(Debug, Clone)]
 pub struct TlsFiles {
+    /// The certificate chain (`--tls-cert`).
     pub cert: PathBuf,
+    /// Its private key (`--tls-key`).
     pub key: PathBuf,
 }
 

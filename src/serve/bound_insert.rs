@@ -36,6 +36,7 @@ use crate::sql::pin::normalize_ident;
 /// The shape of a plain parameterized INSERT.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InsertShape {
+    /// The table inserted into (normalized).
     pub table: String,
     /// The columns named, or `None` for all in table order.
     pub columns: Option<Vec<String>>,
@@ -112,11 +113,17 @@ pub fn shape(sql: &str) -> Option<InsertShape> {
 /// One bound parameter, decoded.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
+    /// SQL NULL.
     Null,
+    /// A boolean.
     Bool(bool),
+    /// An integer of any width.
     Int(i64),
+    /// A float of either width.
     Float(f64),
+    /// A string (text, varchar, or a parameter of unknown type).
     Text(String),
+    /// A pgvector `vector`, or a `real[]` / `float8[]` without NULLs.
     Vector(Vec<f32>),
 }
 

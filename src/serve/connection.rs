@@ -67,9 +67,11 @@ pub struct Shared {
 /// client at Describe (the client encodes its values by them when it named none itself).
 #[derive(Debug, Clone)]
 pub struct Prepared {
+    /// The statement's text, `$n` placeholders and all.
     pub sql: Arc<str>,
     /// The statement's shape when it is a plain INSERT of parameters (computed once).
     pub insert: Arc<std::sync::OnceLock<Option<InsertShape>>>,
+    /// The parameter types Describe reported for it.
     pub described: Arc<Mutex<Vec<Type>>>,
     /// Whether Describe told the client the statement returns no rows: its Execute may then
     /// send none (a fragvec statement's one-row report becomes its command tag).
@@ -100,6 +102,7 @@ pub struct Connection {
 }
 
 impl Connection {
+    /// A new connection's state over the server's `shared` handles.
     pub fn new(shared: Arc<Shared>) -> Self {
         let settings = Settings::new(shared.statement_timeout_ms, "fragvec");
         Self {

@@ -21,7 +21,9 @@ pub type Cell = Option<Vec<u8>>;
 /// said otherwise).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CopyError {
+    /// The SQLSTATE the client gets.
     pub sqlstate: &'static str,
+    /// The message the client gets.
     pub message: String,
 }
 
@@ -35,21 +37,33 @@ fn bad(message: impl Into<String>) -> CopyError {
 /// The options of one COPY, as its `WITH (...)` gives them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CopyFormat {
+    /// PostgreSQL's text format (the default).
     Text {
+        /// Between fields (tab).
         delimiter: u8,
+        /// What a NULL is written as (`\N`).
         null: Vec<u8>,
+        /// Whether a line of column names comes first.
         header: bool,
     },
+    /// CSV, with its options.
     Csv(CsvOptions),
+    /// PostgreSQL's binary format (no options).
     Binary,
 }
 
+/// The options of CSV format.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CsvOptions {
+    /// Between fields (`,`).
     pub delimiter: u8,
+    /// Around a field that needs quoting (`"`).
     pub quote: u8,
+    /// Before a quote (or itself) inside quotes (the quote character, so quotes double).
     pub escape: u8,
+    /// What a NULL is written as (nothing: an unquoted empty field).
     pub null: Vec<u8>,
+    /// Whether a line of column names comes first.
     pub header: bool,
 }
 

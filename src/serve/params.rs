@@ -24,7 +24,9 @@ use super::types::{self, decode_vector_binary};
 /// A parameter the server cannot use: SQLSTATE and message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParamError {
+    /// The SQLSTATE the client gets (22P02 for a value that does not parse).
     pub sqlstate: &'static str,
+    /// The message the client gets.
     pub message: String,
 }
 
@@ -35,6 +37,7 @@ impl ParamError {
             message: message.into(),
         }
     }
+    /// A binary value of the wrong length or form (22P03).
     pub fn binary_format(message: impl Into<String>) -> Self {
         Self {
             sqlstate: "22P03",

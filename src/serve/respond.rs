@@ -28,7 +28,9 @@ use super::types;
 /// Where a connection's outputs go besides the client: the COPY FROM waiting for its data,
 /// the transaction block a failure marks.
 pub struct Destination<'a> {
+    /// Where a COPY FROM STDIN waits for its CopyData.
     pub copy_in: &'a Mutex<Option<Box<CopyIn>>>,
+    /// The connection's transaction block.
     pub block: &'a Mutex<Block>,
     /// The session's `statement_timeout`, for the rows still to send.
     pub timeout: Option<Duration>,

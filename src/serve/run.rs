@@ -45,8 +45,11 @@ pub enum Output {
     /// A transaction-control statement: its tag, whether it opened or closed a block, and a
     /// warning to send before it.
     Control {
+        /// `BEGIN`, `COMMIT`, ...
         tag: &'static str,
+        /// `Some(true)` when it opened a block, `Some(false)` when it closed one.
         opened: Option<bool>,
+        /// A warning (BEGIN in a block, COMMIT outside one).
         warning: Option<ErrorInfo>,
     },
 }
@@ -65,8 +68,11 @@ impl std::fmt::Debug for QueryRows {
 
 /// The connection state statements run against.
 pub struct Runner<'a> {
+    /// The connection's session.
     pub session: &'a FragvecSession,
+    /// The connection's transaction block.
     pub block: &'a std::sync::Mutex<Block>,
+    /// The connection's PostgreSQL settings (`statement_timeout`, ...).
     pub settings: &'a std::sync::Mutex<Settings>,
     /// Where the statements may read and write files.
     pub allow_files: &'a AllowedFiles,
@@ -82,6 +88,7 @@ pub struct CancelSignal {
 }
 
 impl CancelSignal {
+    /// The signal `receiver` gets when the cancel request arrives.
     pub fn new(receiver: oneshot::Receiver<()>) -> Self {
         Self {
             receiver: Some(receiver),
@@ -431,7 +438,9 @@ fn done(
 /// Marks the transaction block failed when dropped armed: a statement whose future was
 /// dropped before it finished.
 pub struct FailBlockIfDropped<'a> {
+    /// The block to fail.
     pub block: &'a std::sync::Mutex<Block>,
+    /// Whether the statement is still unfinished (disarm it when it finishes).
     pub armed: bool,
 }
 
@@ -456,11 +465,17 @@ fn describe(statement: &FragvecStatement) -> String {
 /// What kind of statement ran: its command tag, and whether it wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
+    /// A query: its rows go to the client.
     Query,
+    /// `INSERT 0 n`.
     Insert,
+    /// `UPDATE n`.
     Update,
+    /// `DELETE n`.
     Delete,
+    /// `MERGE n`.
     Merge,
+    /// `CREATE TABLE ... AS`: `SELECT n`.
     CreateTableAs,
     /// A statement whose command tag is fixed (`CREATE TABLE`, `SET`, ...), and whether it
     /// writes.
@@ -468,6 +483,7 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The kind of `statement`.
     pub fn of(statement: &FragvecStatement) -> Kind {
         let s = match statement {
             FragvecStatement::DataFusion(s) => s.as_ref(),

@@ -24,6 +24,7 @@ pub const SERVER_VERSION: &str = "16.0";
 pub enum SettingStatement {
     /// `SET name = value` / `SET name TO value` / `RESET name` (value `None`).
     Set(String, Option<String>),
+    /// `SHOW name` (or `SHOW ALL`).
     Show(String),
     /// `DISCARD ALL` (connection pools send it when a connection is returned).
     Discard,
@@ -192,6 +193,7 @@ impl Settings {
         })
     }
 
+    /// Every setting back to its default (`DISCARD ALL`).
     pub fn reset_all(&mut self) {
         self.values = self.defaults.clone();
     }

@@ -16,33 +16,61 @@ use crate::index::IndexError;
 
 /// SQLSTATEs the server sends (PostgreSQL's Appendix A).
 pub mod code {
+    /// A statement the parser refuses.
     pub const SYNTAX_ERROR: &str = "42601";
+    /// A table or view that does not exist.
     pub const UNDEFINED_TABLE: &str = "42P01";
+    /// A column the statement's tables do not have.
     pub const UNDEFINED_COLUMN: &str = "42703";
+    /// A function (or an operator's function) with no such name or signature.
     pub const UNDEFINED_FUNCTION: &str = "42883";
+    /// Another named object that does not exist (a setting, an index).
     pub const UNDEFINED_OBJECT: &str = "42704";
+    /// `CREATE TABLE` of a name already taken.
     pub const DUPLICATE_TABLE: &str = "42P07";
+    /// A column name more than one of the statement's tables has.
     pub const AMBIGUOUS_COLUMN: &str = "42702";
+    /// A statement that parses but breaks a planning rule (42000 is the class).
     pub const SYNTAX_OR_ACCESS_RULE: &str = "42000";
+    /// Values of types that do not fit together (a comparison, an insert).
     pub const DATATYPE_MISMATCH: &str = "42804";
+    /// A commit that lost its race to a concurrent writer after its retries: run it again.
     pub const SERIALIZATION_FAILURE: &str = "40001";
+    /// Something PostgreSQL has and fragvec does not (yet).
     pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
+    /// A statement stopped by the client's cancel request or `statement_timeout`.
     pub const QUERY_CANCELED: &str = "57014";
+    /// A value the statement cannot take (a vector of the wrong dimension, say).
     pub const DATA_EXCEPTION: &str = "22000";
+    /// A setting or option given a value it does not take.
     pub const INVALID_PARAMETER_VALUE: &str = "22023";
+    /// A division by zero.
     pub const DIVISION_BY_ZERO: &str = "22012";
+    /// A statement over its memory budget.
     pub const OUT_OF_MEMORY: &str = "53200";
+    /// A table file that fails its checksum or does not decode.
     pub const DATA_CORRUPTED: &str = "XX001";
+    /// A bug: something fragvec does not expect of itself.
     pub const INTERNAL_ERROR: &str = "XX000";
+    /// The object store failed a read or write.
     pub const IO_ERROR: &str = "58030";
+    /// `BEGIN` inside a transaction block (a warning, as in PostgreSQL).
     pub const ACTIVE_SQL_TRANSACTION: &str = "25001";
+    /// `COMMIT` / `ROLLBACK` outside a transaction block (a warning).
     pub const NO_ACTIVE_SQL_TRANSACTION: &str = "25P01";
+    /// A statement in a block an error failed: only `ROLLBACK` runs until then.
     pub const IN_FAILED_SQL_TRANSACTION: &str = "25P02";
+    /// A `ROLLBACK` of a block whose writes have already committed.
     pub const INVALID_TRANSACTION_TERMINATION: &str = "2D000";
+    /// A message the protocol does not allow at that point.
     pub const PROTOCOL_VIOLATION: &str = "08P01";
+    /// A file path outside what `--allow-files` allows.
     pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
+    /// A NULL into a `NOT NULL` column.
     pub const NOT_NULL_VIOLATION: &str = "23502";
+    /// A column named twice in a column list.
     pub const DUPLICATE_COLUMN: &str = "42701";
+    /// A value's text that does not parse as its type.
     pub const INVALID_TEXT_REPRESENTATION: &str = "22P02";
 }
 

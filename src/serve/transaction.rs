@@ -15,11 +15,17 @@ use super::sqlstate::code;
 /// A transaction-control statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Control {
+    /// `BEGIN` / `START TRANSACTION`.
     Begin,
+    /// `COMMIT` / `END`.
     Commit,
+    /// `ROLLBACK` / `ABORT`.
     Rollback,
+    /// `SAVEPOINT name`.
     Savepoint(String),
+    /// `RELEASE [SAVEPOINT] name`.
     Release(String),
+    /// `ROLLBACK TO [SAVEPOINT] name`.
     RollbackTo(String),
 }
 
@@ -63,14 +69,18 @@ impl Control {
 /// What a control statement did: its command tag, and a warning to send first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Done {
+    /// The command tag (`BEGIN`, `COMMIT`, `ROLLBACK`, ...).
     pub tag: &'static str,
+    /// A warning's SQLSTATE and message (`BEGIN` inside a block, ...).
     pub warning: Option<(&'static str, String)>,
 }
 
 /// A refused control or statement: SQLSTATE and message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refused {
+    /// The SQLSTATE the client gets.
     pub sqlstate: &'static str,
+    /// The message the client gets.
     pub message: String,
 }
 
@@ -86,10 +96,12 @@ pub struct Block {
 }
 
 impl Block {
+    /// Whether a block is open (`BEGIN` ran, no `COMMIT` / `ROLLBACK` yet).
     pub fn is_open(&self) -> bool {
         self.open
     }
 
+    /// Whether an error failed the open block (only `ROLLBACK` runs until it ends).
     pub fn is_failed(&self) -> bool {
         self.failed
     }

@@ -25,8 +25,11 @@ pub const VECTOR_OID: u32 = 16_385;
 pub const VECTOR_ARRAY_OID: u32 = 16_386;
 /// pgvector's `halfvec` and `sparsevec` (listed so type lookups find them; no column has them).
 pub const HALFVEC_OID: u32 = 16_387;
+/// `halfvec[]`.
 pub const HALFVEC_ARRAY_OID: u32 = 16_388;
+/// pgvector's `sparsevec`.
 pub const SPARSEVEC_OID: u32 = 16_389;
+/// `sparsevec[]`.
 pub const SPARSEVEC_ARRAY_OID: u32 = 16_390;
 
 /// The `vector` type.
@@ -34,6 +37,7 @@ pub fn vector_type() -> Type {
     Type::new("vector".into(), VECTOR_OID, Kind::Simple, "public".into())
 }
 
+/// Whether `ty` is the `vector` type (by OID).
 pub fn is_vector(ty: &Type) -> bool {
     ty.oid() == VECTOR_OID
 }

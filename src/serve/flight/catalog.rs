@@ -30,6 +30,7 @@ pub const VECTOR_METADATA_KEY: &str = "fragvec.type";
 
 /// The one catalog and schema fragvec has (DataFusion's defaults).
 pub const CATALOG: &str = "datafusion";
+/// The one schema: every table and view of the database.
 pub const SCHEMA: &str = "public";
 
 /// `schema` with each vector field marked by [`VECTOR_METADATA_KEY`].
@@ -80,22 +81,27 @@ async fn tables(
     Ok(found)
 }
 
+/// `GetCatalogs`: the one catalog.
 pub fn catalogs() -> Result<RecordBatch, Status> {
     let mut builder = GetCatalogsBuilder::new();
     builder.append(CATALOG);
     builder.build().map_err(Status::from)
 }
 
+/// `GetDbSchemas`: the one schema, if the query's filters keep it.
 pub fn db_schemas(query: CommandGetDbSchemas) -> Result<RecordBatch, Status> {
     let mut builder = query.into_builder();
     builder.append(CATALOG, SCHEMA);
     builder.build().map_err(Status::from)
 }
 
+/// The Arrow schema of [`db_schemas`]'s answer (for GetFlightInfo).
 pub fn db_schemas_schema(query: CommandGetDbSchemas) -> SchemaRef {
     query.into_builder().schema()
 }
 
+/// `GetTables`: the database's tables and views the query's filters keep, with their Arrow
+/// schemas when it asks (vectors marked by [`VECTOR_METADATA_KEY`]).
 pub async fn tables_batch(
     session: &FragvecSession,
     query: CommandGetTables,
@@ -109,6 +115,7 @@ pub async fn tables_batch(
     builder.build().map_err(Status::from)
 }
 
+/// `GetTableTypes`: `TABLE` and `VIEW`.
 pub fn table_types() -> Result<RecordBatch, Status> {
     let mut builder = arrow_flight::sql::CommandGetTableTypes::default().into_builder();
     builder.append("TABLE");

@@ -32,9 +32,11 @@ use crate::FragvecSession;
 /// How a Flight SQL endpoint runs.
 #[derive(Debug, Clone)]
 pub struct FlightServerConfig {
+    /// The address to listen on (`--flight`).
     pub listen: SocketAddr,
     /// Who may connect (the same users as the Postgres endpoint).
     pub authentication: Authentication,
+    /// TLS, with the Postgres endpoint's files (`--tls-cert`, `--tls-key`).
     pub tls: Option<TlsFiles>,
     /// Where statements may read and write files.
     pub allow_files: AllowedFiles,
@@ -108,6 +110,7 @@ impl FlightServer {
         })
     }
 
+    /// The address it listens on (the port chosen, for port 0).
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
     }

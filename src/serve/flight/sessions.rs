@@ -40,6 +40,7 @@ pub struct FlightSession {
     /// Who the token was given to (`None`: a call without a token, on a server without
     /// users).
     pub user: Option<String>,
+    /// Its own session (its `SET` values), sharing the server's database and cache.
     pub session: FragvecSession,
     token: String,
     /// The token was made for this call (which came without one): the answer carries it.
@@ -77,13 +78,16 @@ impl FlightSession {
 
 /// A statement prepared with CreatePreparedStatement, and the parameters last bound to it.
 pub struct Prepared {
+    /// The statement's text, with `$n` or `?` placeholders.
     pub sql: String,
+    /// The parameters the client bound last (one row per execution), if any.
     pub parameters: Mutex<Option<RecordBatch>>,
     owner: String,
 }
 
 /// A statement that ran (or, for a query, started) at GetFlightInfo, waiting for its DoGet.
 pub struct Pending {
+    /// The statement's rows (a query's, streaming) or its finished result.
     pub output: Streamed,
     /// Fired by CancelFlightInfo: the DoGet stream ends with `Cancelled`.
     pub cancel: Arc<Cancel>,
@@ -101,6 +105,7 @@ pub struct Cancel {
 }
 
 impl Cancel {
+    /// Cancels the statement: its stream ends at its next batch.
     pub fn fire(&self) {
         self.fired.store(true, std::sync::atomic::Ordering::SeqCst);
         self.notify.notify_waiters();
@@ -141,6 +146,8 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 impl Sessions {
+    /// No sessions yet: each will share `root`'s database, check clients against
+    /// `authentication`, and live until its token goes `token_ttl` unused.
     pub fn new(root: FragvecSession, authentication: Authentication, token_ttl: Duration) -> Self {
         Self {
             root,
@@ -259,6 +266,7 @@ impl Sessions {
         }
     }
 
+    /// `ClosePreparedStatement`: forgets `handle` (an error if it is not `session`'s).
     pub fn close_prepared(&self, session: &FlightSession, handle: &[u8]) -> Result<(), Status> {
         self.prepared(session, handle)?;
         self.prepared.lock().expect("lock").remove(handle);
