@@ -16,10 +16,13 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, UInt64Array};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::pruning::PruningStatistics;
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, ScalarValue};
+use datafusion::logical_expr::Operator;
 use datafusion::parquet::arrow::arrow_reader::ArrowReaderMetadata;
 use datafusion::parquet::arrow::arrow_reader::statistics::StatisticsConverter;
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::{BinaryExpr, InListExpr, Literal};
 use datafusion::physical_expr::utils::collect_columns;
 use datafusion::physical_optimizer::pruning::{PruningPredicate, PruningPredicateBuilder};
 
@@ -27,6 +30,63 @@ use crate::format::column_stats::{ColumnStats, StatValue, bound_array};
 use crate::format::fragment_io::data_file_footer;
 use crate::format::manifest::{ROW_ADDR, ROW_ID};
 use crate::format::{Fragment, TableDir};
+
+/// `IN` lists up to this long are tested value by value against each fragment's range (a
+/// `DELETE ... WHERE id IN (...)` of a batch of ids, say); DataFusion's default stops at 20.
+const MAX_IN_LIST_VALUES: usize = 1024;
+
+/// `predicate` with each longer `col IN (constants)` replaced, for pruning only, by
+/// `col >= min AND col <= max` of its constants: a range every row the list keeps is in, so
+/// a fragment outside it still cannot match (the scan evaluates the real list).
+fn bound_long_in_lists(predicate: Arc<dyn PhysicalExpr>) -> Arc<dyn PhysicalExpr> {
+    let bounded = predicate.clone().transform_up(|e| {
+        let Some(in_list) = e.downcast_ref::<InListExpr>() else {
+            return Ok(Transformed::no(e));
+        };
+        if in_list.negated() || in_list.list().len() <= MAX_IN_LIST_VALUES {
+            return Ok(Transformed::no(e));
+        }
+        let mut values = Vec::with_capacity(in_list.list().len());
+        for item in in_list.list() {
+            match item.downcast_ref::<Literal>() {
+                Some(l) if !l.value().is_null() => values.push(l.value().clone()),
+                _ => return Ok(Transformed::no(e)),
+            }
+        }
+        let min = values.iter().try_fold(values[0].clone(), |m, v| {
+            Some(if v.partial_cmp(&m)?.is_lt() {
+                v.clone()
+            } else {
+                m
+            })
+        });
+        let max = values.iter().try_fold(values[0].clone(), |m, v| {
+            Some(if v.partial_cmp(&m)?.is_gt() {
+                v.clone()
+            } else {
+                m
+            })
+        });
+        let (Some(min), Some(max)) = (min, max) else {
+            return Ok(Transformed::no(e)); // constants that do not compare
+        };
+        let column = in_list.expr().clone();
+        let at_least = Arc::new(BinaryExpr::new(
+            column.clone(),
+            Operator::GtEq,
+            Arc::new(Literal::new(min)),
+        ));
+        let at_most = Arc::new(BinaryExpr::new(
+            column,
+            Operator::LtEq,
+            Arc::new(Literal::new(max)),
+        ));
+        Ok(Transformed::yes(
+            Arc::new(BinaryExpr::new(at_least, Operator::And, at_most)) as Arc<dyn PhysicalExpr>,
+        ))
+    });
+    bounded.map(|t| t.data).unwrap_or(predicate)
+}
 
 /// A scan filter's test of fragments.
 #[derive(Debug)]
@@ -43,7 +103,8 @@ impl FragmentPruner {
     pub fn new(predicate: &Arc<dyn PhysicalExpr>, schema: &SchemaRef) -> Option<Self> {
         let built = PruningPredicateBuilder::new()
             .with_file_schema(schema.clone())
-            .try_build(predicate.clone())
+            .with_max_in_list_size(MAX_IN_LIST_VALUES)
+            .try_build(bound_long_in_lists(predicate.clone()))
             .ok()?;
         let mut columns: Vec<String> = collect_columns(predicate)
             .into_iter()
