@@ -24,7 +24,7 @@
 //! * [`index`]: vector indexes: kernels, k-means, IVF / PQ models, segment files, segment
 //!   ownership, the index cache (one byte budget), the KNN search entry point, and index
 //!   maintenance (create, append, merge, retrain, drop).
-//! * [`format`]: the table format: manifests, fragments, deletion vectors, row ids, index
+//! * [`format`](mod@format): the table format: manifests, fragments, deletion vectors, row ids, index
 //!   metadata, commits (pure conflict rules, rebase, one retry loop), time travel, VACUUM.
 //!   Speaks Arrow, Parquet and `object_store` only.
 //! * [`ledger`]: the ground floor, no IO: the id types every layer shares, the reuse

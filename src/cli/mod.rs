@@ -37,7 +37,7 @@ pub const DEFAULT_DB: &str = "fragvec-db";
 )]
 pub struct Cli {
     /// Database location: a directory, file://..., s3://bucket/prefix (credentials from the
-    /// AWS_* environment), or memory://[name] (default fragvec-db; for `worker`: the only
+    /// AWS_* environment), or memory://NAME (NAME optional; default fragvec-db; for `worker`: the only
     /// database it serves, default any the coordinator names).
     #[arg(long, global = true)]
     pub db: Option<String>,

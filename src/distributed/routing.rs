@@ -5,7 +5,7 @@
 //!
 //! datafusion-distributed places a stage's tasks round-robin from a random worker, which
 //! sends a segment's partitions to a different worker on every query. Here each task is
-//! named by what it reads ([`task_key`]: the segments, slice and fragments of its share, or
+//! named by what it reads (`task_key`: the segments, slice and fragments of its share, or
 //! the fragments of its scan) and placed by rendezvous hashing ([`assign`]): every worker
 //! gets a score per key, and the task goes to its best-scoring worker that still has room
 //! (at most `ceil(tasks / workers)` tasks each, so a stage never piles onto one worker). A

@@ -55,7 +55,7 @@ pub fn fragment_runs(manifest: &Manifest, tasks: usize) -> Vec<BTreeSet<u64>> {
 }
 
 /// Tasks a KNN search can use: one per segment and per likely-unowned fragment (with an
-/// index; as many as there are partitions, up to [`MAX_SLICES`], when the index can be
+/// index; as many as there are partitions, up to `MAX_SLICES`, when the index can be
 /// sliced), or one per fragment (exact search).
 pub fn knn_task_count(manifest: &Manifest, index: Option<&IndexDef>) -> usize {
     let units = match index {

@@ -4,7 +4,7 @@
 //! DataFusion plans and runs like any SELECT (so subqueries, joins and casts all work). The
 //! finder yields one row per affected target row: its row address, its row id, what to do with
 //! it, and the new values. [`collect_changes`] reads those rows into
-//! [`RowChanges`](crate::format::changes::RowChanges), which the format layer turns into one
+//! [`crate::format::changes::RowChanges`], which the format layer turns into one
 //! transaction.
 
 use std::sync::Arc;

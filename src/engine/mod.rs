@@ -12,7 +12,7 @@
 //!
 //! Tables, scans and writes:
 //! * [`catalog`]: the database as a schema provider;
-//! * [`provider`], [`scan`], [`write`]: the table provider and its scan / insert operators;
+//! * [`provider`], [`scan`], [`write`](mod@write): the table provider and its scan / insert operators;
 //!   [`prune`]: the scan skipping fragments by their column ranges;
 //! * [`dml`]: gathering DELETE, UPDATE and MERGE changes from their finder queries (the format
 //!   layer commits them, `format::changes`);

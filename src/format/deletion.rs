@@ -18,7 +18,7 @@ const CACHE_BYTES: usize = 64 << 20;
 /// session instead of once per query (on object storage, one request each). Deletion files
 /// are immutable and uniquely named, and the key also holds what decoding checked (the
 /// fragment, its rows, the checksum), so an entry never goes stale. Bounded by bytes: past
-/// [`CACHE_BYTES`] it starts over.
+/// `CACHE_BYTES` it starts over.
 #[derive(Debug, Default)]
 pub struct DeletionCache {
     state: Mutex<(HashMap<String, Arc<RoaringBitmap>>, usize)>,

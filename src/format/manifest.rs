@@ -354,7 +354,7 @@ impl Manifest {
     }
 
     /// The manifest as pretty JSON whose last member is `"crc32c"`: the CRC32C of the same
-    /// JSON without that member (see [`split_checksum`]).
+    /// JSON without that member (see `split_checksum`).
     pub fn encode(&self) -> Vec<u8> {
         let mut body = serde_json::to_vec_pretty(self).expect("manifest serializes");
         let sum = crc32c(&body);

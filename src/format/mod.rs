@@ -8,7 +8,7 @@
 //! * [`fragment_io`]: Parquet fragments; [`deletion`]: deletion vectors; [`rowids`]: stable
 //!   row-id sequences; [`row_map_file`] and [`ledger_io`]: the files the reuse ledger needs;
 //! * [`integrity`]: the CRC32C checks of data, deletion, segment and row-map files;
-//! * [`commit`]: optimistic commits (pure conflict rules, rebase, one retry loop);
+//! * [`commit`](mod@commit): optimistic commits (pure conflict rules, rebase, one retry loop);
 //! * [`changes`]: DELETE / UPDATE / MERGE row changes turned into a transaction;
 //! * [`views`]: views stored in the database; [`vacuum`]: removing unreferenced files; [`introspect`]: the table's state as batches;
 //! * [`column_stats`]: each data file's column ranges, for skipping fragments;

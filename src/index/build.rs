@@ -2,7 +2,7 @@
 //! holding every vector at once: [`read_vectors`], [`train`], [`partition`],
 //! [`write_partitions`]. A full build over the memory budget uses the same pieces in passes
 //! instead ([`super::build_stream`]: [`scan_vectors`], [`train_on_sample`],
-//! [`assign_partitions`], [`pq_codes`]), so both builds assign, encode and order rows alike.
+//! `assign_partitions`, `pq_codes`), so both builds assign, encode and order rows alike.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

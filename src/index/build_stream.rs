@@ -11,12 +11,12 @@
 //!    the rows an in-memory build of the same snapshot trains on (see [`super::sample`]), so
 //!    both builds make the same model.
 //! 2. **Assign** ("assigning rows"): every row's partition, on every core, with the
-//!    in-memory build's own assignment ([`build::assign_partitions`]); each row (address
-//!    and payload: floats, or PQ codes) is appended to the [`Spill`] file of its bucket of
+//!    in-memory build's own assignment (`build::assign_partitions`); each row (address
+//!    and payload: floats, or PQ codes) is appended to the `Spill` file of its bucket of
 //!    partitions, and the partition sizes are counted.
 //! 3. **Write** ("writing index files": the model, then one unit per group): the segment's
 //!    data section is cut into groups of at most half the budget ([`plan_groups`]; at most
-//!    [`MAX_GROUPS`] groups, see there); each group is collected from the spill buckets
+//!    `MAX_GROUPS` groups, see there); each group is collected from the spill buckets
 //!    holding its partitions, ranked within their partition in row order (so every
 //!    partition lists its rows as the in-memory build does), checksummed by a
 //!    [`SegmentEncoder`] and appended to a multipart upload; then the footer. The file is the
@@ -111,7 +111,7 @@ pub struct BuildStats {
     pub peak_bytes: usize,
 }
 
-/// A segment and model written by [`build`], uncommitted.
+/// A segment and model written by [`build`](fn@build), uncommitted.
 #[derive(Debug)]
 pub struct StreamedIndex {
     pub partitions: usize,

@@ -9,7 +9,7 @@
 //!   bytes more, counted against the budget). A partition is quantized when it is admitted,
 //!   or found in the cache again, while an eighth of the budget stays free;
 //! * or, for an IVF_FLAT segment whose floats do not fit the budget but whose sketches do,
-//!   the sketches of its partitions as stored ([`sketches`]): a query then reads from the
+//!   the sketches of its partitions as stored (`sketches`): a query then reads from the
 //!   file only the rows their codes cannot rule out;
 //! * decoded vector columns of data files (brute force and exact scoring);
 //! * whole decoded fixed-width columns of data files (fetching a KNN answer's rows).

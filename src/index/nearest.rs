@@ -1,7 +1,7 @@
 //! Nearest centroid of many rows at once: the step k-means training, index builds and
 //! `ivf_partition` spend their time in.
 //!
-//! The centroids are copied once into *panels* of [`PANEL`] centroids: panel `p` holds, for
+//! The centroids are copied once into *panels* of `PANEL` centroids: panel `p` holds, for
 //! each dimension `d` in turn, element `d` of centroids `16p .. 16p + 16` (one 512-bit
 //! register). A tile of `R` rows meets `V` panels: each step of `d` loads `V` panel vectors,
 //! broadcasts element `d` of each row, and `R × V` fused multiply-adds each advance sixteen dot
@@ -13,7 +13,7 @@
 //! and a row compares scores `|c|² − 2 x·c`.
 //!
 //! Rows and panels are taken in blocks that stay in the core's cache (about
-//! [`ROW_BLOCK_BYTES`] of rows against [`PANEL_BLOCK_BYTES`] of panels), so the centroids are
+//! `ROW_BLOCK_BYTES` of rows against `PANEL_BLOCK_BYTES` of panels), so the centroids are
 //! read from memory once per block of rows rather than once per tile.
 //!
 //! The expansion rounds differently from the direct difference, so a row almost equidistant

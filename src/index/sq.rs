@@ -50,7 +50,7 @@ pub struct ScalarGrid {
 
 impl ScalarGrid {
     /// The grid of `partitions` partitions from a sample (`n × dim` raw vectors) and each
-    /// sample row's partition: each partition's range, widened by [`WIDEN`]; the whole
+    /// sample row's partition: each partition's range, widened by `WIDEN`; the whole
     /// sample's range for partitions the sample barely saw. Rows that cannot be bounded
     /// (a value not finite or too large) are left out of every range.
     pub fn train(sample: &[f32], dim: usize, assigned: &[u32], partitions: usize) -> Self {

@@ -355,7 +355,7 @@ impl Runner<'_> {
         .await
     }
 
-    /// [`Self::known_shape`] for a statement already in its shape (a prepared KNN query
+    /// `Self::known_shape` for a statement already in its shape (a prepared KNN query
     /// with its vector decoded, [`super::params::bound_shape`]).
     pub async fn known_shape_of(
         &self,

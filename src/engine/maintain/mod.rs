@@ -2,7 +2,7 @@
 //! and the scheduler that runs rounds by itself ([`Maintainer`], inside `fragvec serve`).
 //!
 //! A round takes the table's lease ([`crate::maintain::lease`]), then repeatedly reads the
-//! latest version, gathers its facts ([`facts`]), asks the planner
+//! latest version, gathers its facts (`facts`), asks the planner
 //! ([`crate::maintain::plan`]) what to do and runs the first task of a kind not yet run this
 //! round, until nothing is left or [`MAX_TASKS`] ran. Every task is an ordinary commit
 //! through the conflict rules: one that loses a race re-plans on the new latest version and

@@ -1,7 +1,7 @@
 //! CREATE TABLE, DROP TABLE and ALTER TABLE on fragvec tables.
 //!
 //! * CREATE TABLE creates a fragvec table: `VECTOR(n)` columns become `FLOAT[n]` before
-//!   DataFusion plans the statement, `WITH (...)` sets the [`TableProperties`], `CLUSTER BY`
+//!   DataFusion plans the statement, `WITH (...)` sets the [`TableProperties`](crate::format::TableProperties), `CLUSTER BY`
 //!   stores the clustering key, constraints and `DEFAULT`s are recorded, and `AS SELECT`
 //!   loads the query's rows as the first append (or leaves no table if it fails).
 //! * DROP TABLE drops fragvec tables (session tables are left to DataFusion).

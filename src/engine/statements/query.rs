@@ -2,7 +2,7 @@
 //!
 //! Before planning, every fragvec table a statement reads is pinned to one version (its
 //! latest, or the one `VERSION AS OF` names) and `knn(...)` calls become top-k queries
-//! ([`pin`]). Vector literals of distance calls become parameters bound after planning,
+//! ([`pin`](mod@crate::sql::pin)). Vector literals of distance calls become parameters bound after planning,
 //! which is far cheaper to plan and lets a KNN query's physical plan be kept in the
 //! session's [`PlanCache`](crate::engine::plan_cache::PlanCache) and reused for the next
 //! query vector while the table state is unchanged.
@@ -124,7 +124,7 @@ async fn plan_statement(
 }
 
 /// Runs SQL fragvec generated itself (a finder's EXPLAIN), pinned like any query, in this
-/// process (see [`FragvecSession::coordinator_state`]).
+/// process (see `FragvecSession::coordinator_state`).
 pub async fn run_sql(session: &FragvecSession, sql: &str) -> Result<StatementResult> {
     let statement = pin(
         session,
@@ -146,7 +146,7 @@ pub fn parse_query(sql: &str) -> Result<DFStatement> {
     }
 }
 
-/// How [`pin`] finds a table's newest version.
+/// How [`pin`](fn@pin) finds a table's newest version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VersionCheck {
     /// Asks the store (statements that write, and the queries that find their rows).

@@ -4,7 +4,7 @@
 //! ([`crate::engine::plan_cache`]); what is left per query is parsing the text (hundreds or
 //! thousands of numbers), turning its vector literals into parameters, pinning and printing
 //! the statement to find the plan. Two texts equal outside their vector literals (the same
-//! [`Shape`](crate::sql::vector_shape::Shape)) parse to the same statement up to those
+//! [`crate::sql::vector_shape::Shape`]) parse to the same statement up to those
 //! values, so when a text ran on a kept plan, its shape is remembered with what that run
 //! depended on: the parser dialect, the `fragvec.*` options, and the version each table was
 //! pinned to. The next text of the shape runs on the kept plan when all of those still hold

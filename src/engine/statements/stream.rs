@@ -2,14 +2,12 @@
 //! sends a 10M-row result needs (Flight SQL's DoGet), with no second query path.
 //!
 //! A query runs down the same routing as [`FragvecSession::execute`]; at the one point where
-//! its physical plan would be collected ([`query::collect_physical`] and the query branch of
+//! its physical plan would be collected (`query::collect_physical` and the query branch of
 //! `query::execute_plan`), the plan is executed instead and its stream handed over through a
 //! slot this module sets for the duration of the statement (a task-local, so the routing
 //! between keeps its signatures). Only a plain query (`SELECT`, `WITH`, `VALUES`, and the
 //! known-shape path of a repeated KNN text) is streamed: anything that writes must finish
 //! before the statement reports, so it is collected as before.
-//!
-//! [`query::collect_physical`]: super::query::collect_physical
 
 use std::sync::Mutex;
 

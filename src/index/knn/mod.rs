@@ -21,7 +21,7 @@
 //!   vectors are not indexed), the whole query is answered exactly.
 //! * Rows without a defined distance (NULL vectors, zero vectors under cosine) get key
 //!   `f32::INFINITY` and rank last, like `NULLS LAST`.
-//! * With `undefined_first` (`NULLS FIRST`), up to `k` rows with a NULL vector ([`undefined`])
+//! * With `undefined_first` (`NULLS FIRST`), up to `k` rows with a NULL vector (`undefined`)
 //!   come first, with key `f32::NEG_INFINITY`, and the search fills the rest of the `k` with
 //!   the nearest other rows (each row once).
 //!

@@ -140,7 +140,7 @@ impl<'a> RowReader<'a> {
 
     /// Every physical row of `schema`'s columns of `fragment`, from whole columns decoded once
     /// per session and kept in the cache; `None` when a column is not a small fixed-width one
-    /// (see [`Self::column_is_cacheable`]), which the caller then reads from the file.
+    /// (see `Self::column_is_cacheable`), which the caller then reads from the file.
     pub async fn cached_columns(
         &self,
         fragment: &Fragment,

@@ -1,6 +1,6 @@
 //! arrow-flight's `FlightSqlService` over fragvec sessions: protocol code only. Statements
 //! run through the same session front end as the CLI and the Postgres endpoint
-//! ([`FragvecSession::execute_streaming`]), parameters are spliced as the Postgres endpoint
+//! ([`FragvecSession::execute_streaming`](crate::FragvecSession::execute_streaming)), parameters are spliced as the Postgres endpoint
 //! splices them ([`super::bind`]), errors keep their SQLSTATE's class ([`super::status`]).
 //!
 //! A statement runs at GetFlightInfo — to the end for anything that writes, up to its

@@ -13,7 +13,7 @@
 //!   `oid::regtype::text` (to the type's name), `OPERATOR(pg_catalog.~)`, `COLLATE ...`, and
 //!   function names qualified with `pg_catalog.`.
 //!
-//! The rows are in [`rows`], the functions in [`functions`], the rewrites in [`rewrite`].
+//! The rows are in `rows`, the functions in `functions`, the rewrites in `rewrite`.
 
 mod functions;
 mod rewrite;
