@@ -125,3 +125,19 @@ def cosine(a, b):
 def top_k(rows, q, k, dist=l2):
     """Ids of the k rows nearest q: rows is {id: vector}; ties broken by id."""
     return [i for _, i in sorted((dist(v, q), i) for i, v in rows.items())[:k]]
+
+
+def load_random_vectors(conn, name, dim, rows, seed):
+    """CREATE TABLE name (id BIGINT, emb VECTOR(dim)) holding `rows` random float32 vectors
+    (ids 0..rows), loaded by a binary COPY in many CopyData messages; returns the vectors."""
+    import numpy as np
+
+    conn.execute("CREATE TABLE %s (id BIGINT, emb VECTOR(%d))" % (name, dim))
+    data = np.random.default_rng(seed).standard_normal((rows, dim)).astype(np.float32)
+    cur = conn.cursor()
+    with cur.copy("COPY %s (id, emb) FROM STDIN WITH (FORMAT BINARY)" % name) as copy:
+        copy.set_types(["int8", "vector"])
+        for i, v in enumerate(data):
+            copy.write_row((i, v))
+    check_eq(cur.rowcount, rows, "rowcount after a COPY of %d rows" % rows)
+    return data

@@ -22,7 +22,7 @@ from pgvector.asyncpg import register_vector as register_vector_async
 from pgvector.psycopg import register_vector
 
 import hostile
-from common import FRAGVEC, POSTGRES, check, check_eq, drop_at_exit, note, run_main, step, table
+from common import FRAGVEC, POSTGRES, check, check_eq, drop_at_exit, load_random_vectors, note, run_main, step, table
 
 ITEMS = table("copied")
 BIG = table("copied_big")
@@ -189,14 +189,8 @@ def main():
     check_eq(count(conn), len(model), "rows after the block's COPY and COMMIT")
 
     step("20,000 rows x %d in binary, in many CopyData messages; exact KNN against numpy" % DIM)
-    conn.execute("CREATE TABLE %s (id BIGINT, emb VECTOR(%d))" % (BIG, DIM))
+    data = load_random_vectors(conn, BIG, DIM, 20000, seed=7)
     rng = np.random.default_rng(7)
-    data = rng.standard_normal((20000, DIM)).astype(np.float32)
-    with cur.copy("COPY %s (id, emb) FROM STDIN WITH (FORMAT BINARY)" % BIG) as copy:
-        copy.set_types(["int8", "vector"])
-        for i, v in enumerate(data):
-            copy.write_row((i, v))
-    check_eq(cur.rowcount, 20000, "rowcount after a COPY of 20,000 rows")
     check_eq(count(conn, BIG), 20000, "rows in the big table")
     for qi in range(3):
         q = rng.standard_normal(DIM).astype(np.float32)

@@ -21,7 +21,7 @@ import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
 
-from common import FRAGVEC, POSTGRES, check, check_eq, drop_at_exit, run_main, step, table
+from common import FRAGVEC, POSTGRES, check, check_eq, drop_at_exit, load_random_vectors, run_main, step, table
 
 ITEMS = table("exported")
 BIG = table("exported_big")
@@ -149,13 +149,7 @@ def main():
     tconn.close()
 
     step("20,000 rows x %d exported in binary equal what was loaded" % DIM)
-    conn.execute("CREATE TABLE %s (id BIGINT, emb VECTOR(%d))" % (BIG, DIM))
-    rng = np.random.default_rng(11)
-    data = rng.standard_normal((20000, DIM)).astype(np.float32)
-    with cur.copy("COPY %s (id, emb) FROM STDIN WITH (FORMAT BINARY)" % BIG) as copy:
-        copy.set_types(["int8", "vector"])
-        for i, v in enumerate(data):
-            copy.write_row((i, v))
+    data = load_random_vectors(conn, BIG, DIM, 20000, seed=11)
     rows, count = copy_rows(conn, "COPY %s TO STDOUT (FORMAT BINARY)" % BIG, ["int8", "vector"])
     check_eq(count, 20000, "rowcount of the big export")
     got = np.zeros_like(data)
