@@ -84,6 +84,15 @@ impl FragvecSession {
         shapes::run_known(self, shapes::of(sql).as_ref()).await
     }
 
+    /// [`Self::run_known_shape`] for a text already in its shape (see
+    /// [`crate::sql::vector_shape::shape_with_lists`]).
+    pub async fn run_shape(
+        &self,
+        shape: &crate::sql::vector_shape::Shape,
+    ) -> Result<Option<StatementResult>> {
+        shapes::run_known(self, Some(shape)).await
+    }
+
     /// Runs `statement`, the only statement of `sql`, remembering the shape of `sql` when it
     /// ran on a kept plan, so that [`Self::run_known_shape`] answers the next text of it.
     pub async fn execute_text(

@@ -87,8 +87,7 @@ impl FragvecSession {
         &self,
         shape: &crate::sql::vector_shape::Shape,
     ) -> Result<Option<Streamed>> {
-        let run = super::shapes::run_known(self, Some(shape));
-        let (result, stream) = with_slot(run).await?;
+        let (result, stream) = with_slot(self.run_shape(shape)).await?;
         Ok(result.map(|r| streamed(r, stream)))
     }
 }
