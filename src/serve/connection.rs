@@ -93,7 +93,8 @@ impl Prepared {
 pub struct Connection {
     shared: Arc<Shared>,
     session: OnceCell<FragvecSession>,
-    block: Mutex<Block>,
+    /// Shared with the rows of a suspended portal, which fail it if they fail.
+    block: Arc<Mutex<Block>>,
     settings: Mutex<Settings>,
     /// Results of statements run at Describe of a portal, by portal identity, for Execute.
     described: Mutex<HashMap<usize, Vec<Result<Output, ErrorInfo>>>>,
@@ -108,7 +109,7 @@ impl Connection {
         Self {
             shared,
             session: OnceCell::new(),
-            block: Mutex::default(),
+            block: Arc::default(),
             settings: Mutex::new(settings),
             described: Mutex::default(),
             copy_in: Mutex::default(),
@@ -600,7 +601,7 @@ impl ExtendedQueryHandler for Connection {
         &self,
         client: &mut C,
         portal: &Portal<Prepared>,
-        _max_rows: usize,
+        max_rows: usize,
     ) -> PgWireResult<Response>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -649,6 +650,17 @@ impl ExtendedQueryHandler for Connection {
         let binary = |i| portal.result_column_format.format_for(i) == FieldFormat::Binary;
         match outputs.pop() {
             Some(Err(e)) => Err(user_error(e)),
+            // Execute with a row limit (asyncpg's cursors, JDBC's fetch size): pgwire keeps
+            // the rows in the portal and sends `max_rows` per Execute, then PortalSuspended.
+            Some(Ok(Output::Stream(rows))) if max_rows > 0 => {
+                let to = self.destination();
+                Ok(Response::Query(respond::portal_rows(
+                    rows,
+                    &binary,
+                    self.block.clone(),
+                    to.timeout,
+                )))
+            }
             Some(out) => respond::respond(client, out, &binary, false, &self.destination()).await,
             None => Ok(Response::EmptyQuery),
         }

@@ -16,7 +16,7 @@ use futures::{Sink, SinkExt, StreamExt, stream};
 use pgwire::api::results::{CopyResponse, FieldInfo, QueryResponse, Response, Tag};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
-use pgwire::messages::data::RowDescription;
+use pgwire::messages::data::{DataRow, RowDescription};
 use pgwire::messages::response::NoticeResponse;
 
 use super::copy_in::CopyIn;
@@ -135,6 +135,44 @@ where
         }
     }
     Ok(Ok(sent))
+}
+
+/// A streamed query's rows for pgwire to keep in a portal and send a part at a time (an
+/// Execute with a row limit): produced only as the client asks for them. An error while
+/// they are produced, or the statement timeout (from now), fails the transaction block.
+pub fn portal_rows(
+    rows: QueryRows,
+    binary: &(dyn Fn(usize) -> bool + Sync),
+    block: Arc<Mutex<Block>>,
+    timeout: Option<Duration>,
+) -> QueryResponse {
+    let QueryRows(stream) = rows;
+    let fields = Arc::new(types::fields(&stream.schema(), binary));
+    let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    let encode_fields = fields.clone();
+    let rows = stream
+        .map(move |batch| {
+            let late = deadline.is_some_and(|d| std::time::Instant::now() > d);
+            let encoded = match batch {
+                _ if late => Err(error_info(
+                    code::QUERY_CANCELED,
+                    "canceling statement due to statement timeout",
+                )),
+                Ok(b) => types::encode_rows(&b, &encode_fields)
+                    .map_err(|e| error_info(code::DATA_EXCEPTION, e)),
+                Err(e) => Err(df_error(&e)),
+            };
+            let rows: Vec<PgWireResult<DataRow>> = match encoded {
+                Ok(rows) => rows.into_iter().map(Ok).collect(),
+                Err(e) => {
+                    block.lock().expect("lock").failed();
+                    vec![Err(PgWireError::UserError(Box::new(e)))]
+                }
+            };
+            stream::iter(rows)
+        })
+        .flatten();
+    QueryResponse::new(fields, rows)
 }
 
 /// The RowDescription of `fields`.

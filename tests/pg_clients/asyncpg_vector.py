@@ -5,7 +5,7 @@ asyncpg prepares every statement (named statements, Describe, binary results) an
 every type OID it does not know (vector's) with a recursive CTE over pg_type. This registers
 pgvector's binary codec (pgvector.asyncpg.register_vector, i.e. set_type_codec('vector', ...,
 format='binary')), then on a second connection a text codec of our own (format='text'), and runs
-executemany inserts, KNN with a vector parameter, a prepared statement reused, int / float / str
+executemany inserts, KNN with a vector parameter, a prepared statement reused, a cursor fetching a few rows at a time (portal suspension), int / float / str
 parameters, status strings, a transaction and error SQLSTATEs.
 
 Env: PGHOST PGPORT PGUSER PGPASSWORD PGDATABASE, FV_TARGET=fragvec|postgres, FV_PREFIX.
@@ -125,6 +125,15 @@ async def amain():
                 got = [r["id"] for r in await stmt.fetch(Vector(q), cat)]
                 sub = {i: v for i, v in model.items() if ROWS[i][0] == cat}
                 check_eq(got, top_k(sub, q, 2), "prepared filtered KNN for %s, category %d" % (q, cat))
+
+    step("a cursor: Execute with a row limit, the portal suspended between fetches")
+    ids = sorted(model)
+    async with conn.transaction():
+        cur = await conn.cursor("SELECT id FROM %s ORDER BY id" % ITEMS)
+        check_eq([r["id"] for r in await cur.fetch(3)], ids[:3], "a cursor's first 3 rows")
+        check_eq([r["id"] for r in await cur.fetch(2)], ids[3:5], "its next 2 rows")
+        seen = [r["id"] async for r in conn.cursor("SELECT id FROM %s ORDER BY id" % ITEMS, prefetch=2)]
+        check_eq(seen, ids, "every row through a cursor that prefetches 2")
 
     step("int, float and str parameters; fetchval / fetchrow")
     check_eq(await conn.fetchval("SELECT count(*) FROM %s WHERE id > $1" % ITEMS, 6), 6, "count with an int parameter")
