@@ -30,17 +30,29 @@
 //! * [`ledger`]: the ground floor, no IO: the id types every layer shares, the reuse
 //!   ledger's transitions, lineage order and validation, translation, ordered remaps and the
 //!   row-map arithmetic and codec.
+// Every public item is documented: the crate's rustdoc is the embedder's reference. The
+// modules marked below are still being documented and are exempt until they are.
+#![warn(missing_docs)]
 
+#[allow(missing_docs)]
 pub mod cli;
 #[cfg(feature = "distributed")]
+#[allow(missing_docs)]
 pub mod distributed;
+#[allow(missing_docs)]
 pub mod engine;
+#[allow(missing_docs)]
 pub mod format;
+#[allow(missing_docs)]
 pub mod index;
+#[allow(missing_docs)]
 pub mod ledger;
+#[allow(missing_docs)]
 pub mod maintain;
+#[allow(missing_docs)]
 pub mod rewrite;
 pub mod serve;
+#[allow(missing_docs)]
 pub mod sql;
 
 pub use engine::{FragvecSession, register};
