@@ -34,7 +34,6 @@
 // modules marked below are still being documented and are exempt until they are.
 #![warn(missing_docs)]
 
-#[allow(missing_docs)]
 pub mod cli;
 #[cfg(feature = "distributed")]
 #[allow(missing_docs)]
@@ -47,9 +46,7 @@ pub mod format;
 pub mod index;
 #[allow(missing_docs)]
 pub mod ledger;
-#[allow(missing_docs)]
 pub mod maintain;
-#[allow(missing_docs)]
 pub mod rewrite;
 pub mod serve;
 #[allow(missing_docs)]

@@ -124,6 +124,7 @@ const TOUR: &[(&str, &str)] = &[
     ),
 ];
 
+/// Runs the demo's tour on `session`, printing each step's statement and result.
 pub async fn run(session: &FragvecSession, format: Format) -> Result<(), String> {
     let mut out = std::io::stdout();
     for (i, (caption, sql)) in TOUR.iter().enumerate() {

@@ -35,6 +35,7 @@ pub struct MaintainArgs {
     pub lease_seconds: u64,
 }
 
+/// `fragvec maintain`: maintains the database of `session` until SIGTERM or Ctrl-C.
 pub async fn run(session: FragvecSession, args: &MaintainArgs) -> Result<(), String> {
     if !(args.interval.is_finite() && args.interval >= 0.0) {
         return Err(format!(

@@ -28,11 +28,13 @@ fragvec help <command> shows a command's options; the docs: docs/README.md";
 /// Default database directory when `--db` is not given.
 pub const DEFAULT_DB: &str = "fragvec-db";
 
+/// The command line. (Its help text is the `about` below and the fields' doc comments.)
 #[derive(Parser, Debug)]
 #[command(
     name = "fragvec",
     version,
     about = "SQL over versioned vector tables (Apache DataFusion)",
+    long_about = None,
     after_help = EXAMPLES
 )]
 pub struct Cli {
@@ -60,10 +62,13 @@ pub struct Cli {
     /// Print each statement's wall time on stderr (`\timing` toggles it in the shell).
     #[arg(long, global = true)]
     pub timing: bool,
+    // Not a doc comment: clap would print it.
+    #[allow(missing_docs)]
     #[command(subcommand)]
     pub command: Option<Command>,
 }
 
+/// `fragvec`'s subcommands (without one, it runs SQL or the shell).
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Create a demo table with generated vectors and take a short tour of what fragvec does.
@@ -92,6 +97,7 @@ impl Cli {
     }
 }
 
+/// How results print (`--format`).
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     /// Aligned text tables.
@@ -102,6 +108,7 @@ pub enum Format {
     Json,
 }
 
+/// When progress bars show (`--progress`).
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProgressMode {
     /// When stderr is a terminal.

@@ -20,6 +20,8 @@ use datafusion::common::Result;
 use super::Format;
 use crate::engine::StatementResult;
 
+/// Prints `result` to `out` in `format` (a statement without columns prints nothing but a
+/// table's row count).
 pub fn print(result: &StatementResult, format: Format, out: &mut impl Write) -> Result<()> {
     if result.schema.fields().is_empty() {
         if format == Format::Table {

@@ -100,6 +100,7 @@ fn database_name(location: &str) -> String {
     }
 }
 
+/// `fragvec serve`: serves the database of `session` (at `location`) until SIGTERM or Ctrl-C.
 pub async fn run(session: FragvecSession, args: &ServeArgs, location: &str) -> Result<(), String> {
     let mut config = PgServerConfig::new(args.pg);
     config.max_connections = args.max_connections.max(1);

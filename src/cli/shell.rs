@@ -34,14 +34,18 @@ pub const COMMANDS: [(&str, &str); 6] = [
 /// Settings the shell's commands change.
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
+    /// How results print (`\format`).
     pub format: Format,
+    /// Whether each statement's wall time prints (`\timing`).
     pub timing: bool,
 }
 
 /// What a backslash command asks of the shell.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
+    /// Read the next line.
     Continue,
+    /// Leave the shell (`\q`).
     Quit,
 }
 

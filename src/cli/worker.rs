@@ -17,6 +17,8 @@ use crate::distributed::coordinator::absolute_location;
 use crate::distributed::databases::Databases;
 use crate::distributed::worker::{bind, serve};
 
+/// `fragvec worker`: runs query tasks for coordinators on `listen` (over `db` only, when
+/// given) until SIGTERM or Ctrl-C.
 pub async fn run(listen: SocketAddr, db: Option<&str>) -> Result<(), String> {
     let databases = match db {
         Some(location) => {

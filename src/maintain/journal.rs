@@ -29,10 +29,15 @@ pub const KEEP: usize = 500;
 pub struct TaskRecord {
     /// `<started_ms>-<tag>`: sorts by start time.
     pub id: String,
+    /// `index_append`, `compact`, `vacuum`, ... ([`crate::maintain::plan::Task::kind`]).
     pub kind: String,
+    /// What it was about, in words.
     pub detail: String,
+    /// The maintainer that ran it (its lease holder name).
     pub maintainer: String,
+    /// When it started, in milliseconds since the Unix epoch.
     pub started_ms: i64,
+    /// When it ended; `None` while it runs.
     pub finished_ms: Option<i64>,
     /// Rows the task read or rewrote.
     pub rows: u64,
@@ -66,6 +71,7 @@ impl TaskRecord {
         }
     }
 
+    /// Marks the task ended now, with `outcome` (`done`, or what went wrong).
     pub fn finish(&mut self, outcome: impl Into<String>) {
         self.finished_ms = Some(now_ms());
         self.outcome = outcome.into();

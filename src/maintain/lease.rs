@@ -51,7 +51,12 @@ pub struct Lease {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Busy {
     /// Held by another maintainer until then.
-    HeldBy { holder: String, expires_ms: i64 },
+    HeldBy {
+        /// The maintainer holding it.
+        holder: String,
+        /// When its hold lapses unrenewed, in milliseconds since the Unix epoch.
+        expires_ms: i64,
+    },
     /// Another maintainer took it between our read and our write.
     LostRace,
 }
@@ -196,6 +201,7 @@ impl Lease {
         Ok(())
     }
 
+    /// How long the lease lasts unrenewed.
     pub fn ttl(&self) -> Duration {
         self.ttl
     }

@@ -40,8 +40,11 @@ use crate::rewrite::plan::{
 /// One fragment, in logical order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FragmentFacts {
+    /// The fragment's id.
     pub id: u64,
+    /// Rows in its data files, deleted ones included.
     pub physical_rows: u64,
+    /// Rows its deletion vector marks.
     pub deleted_rows: u64,
     /// Equal for fragments owned the same way by the same index segments
     /// (`rewrite::compact::coverage_keys`).
@@ -51,17 +54,22 @@ pub struct FragmentFacts {
 /// One segment of an index, oldest first.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SegmentFacts {
+    /// The segment's id.
     pub id: u64,
+    /// Rows it holds.
     pub rows: u64,
 }
 
 /// One vector index.
 #[derive(Clone, Debug, PartialEq)]
 pub struct IndexFacts {
+    /// The index's name.
     pub name: String,
+    /// Its segments, oldest first.
     pub segments: Vec<SegmentFacts>,
-    /// Fragments no segment owns, and their live rows.
+    /// Fragments no segment owns...
     pub unindexed_fragments: Vec<u64>,
+    /// ... and their live rows.
     pub unindexed_rows: u64,
     /// How long the oldest unindexed fragment has existed.
     pub oldest_unindexed_age_ms: Option<u64>,
@@ -75,9 +83,13 @@ pub struct IndexFacts {
 /// What a round knows about a table.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TableFacts {
+    /// Its fragments, in logical order.
     pub fragments: Vec<FragmentFacts>,
+    /// Its vector indexes.
     pub indexes: Vec<IndexFacts>,
+    /// Versions kept (what a vacuum may remove).
     pub versions: u64,
+    /// The table's `max_rows_per_fragment` (what compaction fills fragments to).
     pub max_rows_per_fragment: u64,
     /// Average stored bytes per physical row (for the compaction budget).
     pub bytes_per_row: u64,
@@ -88,28 +100,46 @@ pub struct TableFacts {
 /// One maintenance task.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Task {
+    /// `RECLUSTER` unindexed fragments by the table's `auto_recluster` key.
     Recluster {
+        /// The clustering key (`ivf_partition(emb)`, ...).
         key: String,
+        /// The fragments to rewrite.
         fragments: Vec<u64>,
     },
+    /// `OPTIMIZE INDEX ... APPEND`: index the unindexed fragments.
     Append {
+        /// The index.
         index: String,
+        /// Rows it will index.
         rows: u64,
     },
+    /// `OPTIMIZE INDEX ... MERGE`: merge the newest segments into one.
     Merge {
+        /// The index.
         index: String,
+        /// How many of its newest segments.
         segments: usize,
+        /// Rows they hold.
         rows: u64,
     },
+    /// Retrain the index: its partitions drifted apart in size.
     Retrain {
+        /// The index.
         index: String,
+        /// Its partition imbalance (see [`IndexFacts::imbalance`]).
         imbalance: f64,
     },
+    /// `COMPACT` runs of small fragments, bin by bin.
     Compact {
+        /// The planned bins.
         bins: Vec<CompactionBin>,
     },
+    /// `VACUUM`: remove old versions and unreferenced files.
     Vacuum {
+        /// Versions to keep.
         retain: u64,
+        /// Files younger than this stay (a concurrent writer's, not yet committed).
         grace_seconds: u64,
     },
 }
@@ -162,7 +192,9 @@ impl Task {
 /// A round's decision: the tasks in order, and why rules that fired did nothing.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
+    /// The tasks, in the order they run.
     pub tasks: Vec<Task>,
+    /// Rules that fired and did nothing, and why.
     pub notes: Vec<String>,
 }
 

@@ -23,6 +23,7 @@ use crate::format::Snapshot;
 pub struct ClusteringInfo {
     /// Fragments with at least one live row.
     pub fragments: u64,
+    /// Live rows.
     pub rows: u64,
     /// Other fragments whose key range overlaps a fragment's, on average.
     pub average_overlaps: f64,

@@ -32,9 +32,13 @@ const PARALLEL_BINS: usize = 2;
 /// What a compaction did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CompactionMetrics {
+    /// Fragments rewritten away.
     pub fragments_removed: u64,
+    /// Fragments written in their place.
     pub fragments_added: u64,
+    /// Live rows copied.
     pub rows_rewritten: u64,
+    /// The version the compaction committed.
     pub version: u64,
 }
 

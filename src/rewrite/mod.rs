@@ -27,18 +27,23 @@ const READ_BATCH_ROWS: usize = 8192;
 /// Errors of a rewrite.
 #[derive(Debug, thiserror::Error)]
 pub enum RewriteError {
+    /// The compaction planner refused its input.
     #[error("cannot plan compaction: {0}")]
     Plan(#[from] plan::PlanError),
+    /// Reading or committing the table failed.
     #[error(transparent)]
     Format(#[from] FormatError),
+    /// Translating or writing an index segment failed.
     #[error(transparent)]
     Index(#[from] crate::index::IndexError),
     /// The RECLUSTER key (or filter) could not be evaluated over the rows.
     #[error("cannot evaluate the RECLUSTER key: {source}")]
     KeyEvaluation {
+        /// Why.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The RECLUSTER filter is not a boolean expression.
     #[error("RECLUSTER ... WHERE needs a boolean")]
     FilterNotBoolean,
 }
@@ -50,6 +55,7 @@ impl From<datafusion::arrow::error::ArrowError> for RewriteError {
 }
 
 impl RewriteError {
+    /// Whether running the rewrite again may succeed (it lost a race to a concurrent commit).
     pub fn is_retryable(&self) -> bool {
         match self {
             RewriteError::Format(e) => e.is_retryable(),
@@ -61,6 +67,7 @@ impl RewriteError {
     }
 }
 
+/// A rewrite's result.
 pub type Result<T> = std::result::Result<T, RewriteError>;
 
 /// The live rows of one fragment (columns of `schema`), in offset order. A `_rowaddr` field

@@ -189,19 +189,31 @@ pub enum PlanError {
     /// `max_rows_per_fragment` is 0.
     ZeroMaxRows,
     /// `deletion_threshold` is NaN or negative.
-    InvalidDeletionThreshold { threshold: f64 },
+    InvalidDeletionThreshold {
+        /// The threshold given.
+        threshold: f64,
+    },
     /// `max_source_fragments` is `Some(0)`.
     ZeroSourceFragmentBudget,
     /// A fragment claims more deleted rows than it stores.
     DeletedExceedsPhysical {
+        /// The fragment.
         id: u64,
+        /// Rows it stores.
         physical_rows: u64,
+        /// Rows it claims deleted.
         deleted_rows: u64,
     },
     /// Two fragments share an id, so a plan naming it would be ambiguous.
-    DuplicateFragmentId { id: u64 },
+    DuplicateFragmentId {
+        /// The shared id.
+        id: u64,
+    },
     /// The live rows of one run of adjacent candidates overflow `u64`.
-    RowCountOverflow { first_position: usize },
+    RowCountOverflow {
+        /// Where the run starts in the candidate list.
+        first_position: usize,
+    },
 }
 
 impl fmt::Display for PlanError {

@@ -54,16 +54,22 @@ pub struct ReclusterSpec {
     pub filter: Option<Arc<dyn RowColumns>>,
     /// Number of destinations, or `None` for live rows / `target_rows_per_fragment`.
     pub destinations: Option<usize>,
+    /// Rows per destination fragment when `destinations` is `None`.
     pub target_rows_per_fragment: u64,
 }
 
 /// What a recluster did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReclusterMetrics {
+    /// Fragments rewritten away.
     pub fragments_removed: u64,
+    /// Fragments the rows went to.
     pub destinations: u64,
+    /// Live rows moved.
     pub rows_rewritten: u64,
+    /// Bytes of the row map recording where each row went.
     pub row_map_bytes: u64,
+    /// The version the recluster committed.
     pub version: u64,
 }
 
