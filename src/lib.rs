@@ -36,7 +36,6 @@
 
 pub mod cli;
 #[cfg(feature = "distributed")]
-#[allow(missing_docs)]
 pub mod distributed;
 #[allow(missing_docs)]
 pub mod engine;
@@ -49,7 +48,6 @@ pub mod ledger;
 pub mod maintain;
 pub mod rewrite;
 pub mod serve;
-#[allow(missing_docs)]
 pub mod sql;
 
 pub use engine::{FragvecSession, register};

@@ -45,10 +45,13 @@ pub const WIRE_VERSION: u32 = 1;
 /// One of fragvec's nodes.
 #[derive(Clone, PartialEq, Message)]
 pub struct NodeProto {
+    /// [`WIRE_VERSION`] of the coordinator that encoded it.
     #[prost(uint32, tag = "1")]
     pub wire_version: u32,
+    /// A scan (alone, or the scan part of a KNN search).
     #[prost(message, optional, tag = "2")]
     pub scan: Option<ScanProto>,
+    /// A KNN search.
     #[prost(message, optional, tag = "3")]
     pub knn: Option<KnnProto>,
 }
@@ -56,27 +59,37 @@ pub struct NodeProto {
 /// A [`FragmentScanExec`] (also the scan part of a [`KnnExec`]).
 #[derive(Clone, PartialEq, Message)]
 pub struct ScanProto {
+    /// The database, as the worker knows it (see `Databases`).
     #[prost(string, tag = "1")]
     pub database: String,
+    /// The table.
     #[prost(string, tag = "2")]
     pub table: String,
+    /// The table version read.
     #[prost(uint64, tag = "3")]
     pub version: u64,
     /// The manifest of `version`, as stored.
     #[prost(bytes = "vec", tag = "4")]
     pub manifest: Vec<u8>,
+    /// The table columns read.
     #[prost(message, optional, tag = "5")]
     pub read_schema: Option<protobuf::Schema>,
+    /// The columns read plus the virtual ones asked for (what the predicate is bound to).
     #[prost(message, optional, tag = "6")]
     pub work_schema: Option<protobuf::Schema>,
+    /// Whether `_rowaddr` is produced.
     #[prost(bool, tag = "7")]
     pub row_addr: bool,
+    /// Whether `_rowid` is produced.
     #[prost(bool, tag = "8")]
     pub row_id: bool,
+    /// The pushed-down filter, over `work_schema`.
     #[prost(message, optional, tag = "9")]
     pub predicate: Option<protobuf::PhysicalExprNode>,
+    /// The columns of `work_schema` produced, in order.
     #[prost(uint32, repeated, tag = "10")]
     pub output_indices: Vec<u32>,
+    /// At most this many rows.
     #[prost(uint64, optional, tag = "11")]
     pub limit: Option<u64>,
     /// The fragments read; absent: all of them.
@@ -84,8 +97,10 @@ pub struct ScanProto {
     pub fragments: Option<IdsProto>,
 }
 
+/// A set of fragment ids.
 #[derive(Clone, PartialEq, Message)]
 pub struct IdsProto {
+    /// The ids.
     #[prost(uint64, repeated, tag = "1")]
     pub ids: Vec<u64>,
 }
@@ -93,21 +108,28 @@ pub struct IdsProto {
 /// A [`KnnExec`].
 #[derive(Clone, PartialEq, Message)]
 pub struct KnnProto {
+    /// A scan (alone, or the scan part of a KNN search).
     #[prost(message, optional, tag = "1")]
     pub scan: Option<ScanProto>,
+    /// The vector column searched.
     #[prost(string, tag = "2")]
     pub column: String,
+    /// The query vector.
     #[prost(float, repeated, tag = "3")]
     pub vector: Vec<f32>,
+    /// The distance (`l2`, `cosine`, `dot`).
     #[prost(string, tag = "4")]
     pub metric: String,
+    /// How many rows.
     #[prost(uint64, tag = "5")]
     pub k: u64,
+    /// IVF partitions probed per segment.
     #[prost(uint64, tag = "6")]
     pub nprobes: u64,
     /// The index searched (a name in the manifest); absent: exact search.
     #[prost(string, optional, tag = "7")]
     pub index: Option<String>,
+    /// This task's share of the search; absent: all of it.
     #[prost(message, optional, tag = "8")]
     pub share: Option<ShareProto>,
     /// Rows with a NULL vector first (`ORDER BY ... DESC`, i.e. `NULLS FIRST`).
@@ -115,15 +137,19 @@ pub struct KnnProto {
     pub nulls_first: bool,
 }
 
+/// A [`KnnShare`].
 #[derive(Clone, PartialEq, Message)]
 pub struct ShareProto {
+    /// The index segments it searches.
     #[prost(uint64, repeated, tag = "1")]
     pub segments: Vec<u64>,
+    /// The unindexed fragments it scores.
     #[prost(uint64, repeated, tag = "2")]
     pub fragments: Vec<u64>,
     /// A sliced share: its index and the split's share count (`of` 0: not sliced).
     #[prost(uint32, tag = "3")]
     pub slice_index: u32,
+    /// How many slices the split has (0: not sliced).
     #[prost(uint32, tag = "4")]
     pub slice_of: u32,
 }
@@ -135,6 +161,7 @@ pub struct FragvecCodec {
 }
 
 impl FragvecCodec {
+    /// A codec resolving the databases named in plans through `databases`.
     pub fn new(databases: Arc<Databases>) -> Self {
         Self { databases }
     }

@@ -3,28 +3,55 @@
 
 use datafusion::common::DataFusionError;
 
+/// What goes wrong sending plans to workers and running them there.
 #[derive(Debug, thiserror::Error)]
 pub enum DistributedError {
     /// An encoded plan node that cannot be decoded: damaged, or from another fragvec version.
     #[error("cannot decode {node} from the coordinator's plan: {what}")]
-    BadPlanNode { node: &'static str, what: String },
+    BadPlanNode {
+        /// The node's kind.
+        node: &'static str,
+        /// What is wrong with it.
+        what: String,
+    },
     /// A plan node this process cannot send to a worker.
     #[error("{node} runs on the coordinator only and cannot be sent to a worker")]
-    CoordinatorOnly { node: String },
+    CoordinatorOnly {
+        /// The node, as `EXPLAIN` names it.
+        node: String,
+    },
     /// A table of the plan is not in the database the codec serves.
     #[error("table '{table}' is not in database '{database}', which this session serves")]
-    ForeignTable { table: String, database: String },
+    ForeignTable {
+        /// The table.
+        table: String,
+        /// The database the codec serves.
+        database: String,
+    },
     /// A plan names a database this worker has not opened.
     #[error(
         "this worker has not opened database '{location}' (the coordinator sends it with the query)"
     )]
-    UnknownDatabase { location: String },
+    UnknownDatabase {
+        /// The database the plan names.
+        location: String,
+    },
     /// A worker started with `--db` was sent a plan over another database.
     #[error("this worker serves database '{served}' only, not '{location}'")]
-    DatabaseNotServed { location: String, served: String },
+    DatabaseNotServed {
+        /// The database the plan names.
+        location: String,
+        /// The one this worker serves.
+        served: String,
+    },
     /// A worker URL that cannot be used.
     #[error("bad worker URL '{url}': {what}")]
-    BadWorkerUrl { url: String, what: String },
+    BadWorkerUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        what: String,
+    },
 }
 
 impl From<DistributedError> for DataFusionError {

@@ -23,6 +23,7 @@ pub struct WorkerHealth {
 }
 
 impl WorkerHealth {
+    /// All of `all` reachable, until a query finds one is not.
     pub fn new(all: Vec<Url>) -> Self {
         Self {
             all,

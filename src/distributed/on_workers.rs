@@ -30,6 +30,8 @@ use futures::StreamExt;
 
 use super::health::WorkerHealth;
 
+/// Runs a distributed plan on the workers, once more on the reachable ones when a worker
+/// cannot be reached (see the module docs).
 #[derive(Debug)]
 pub struct OnWorkersExec {
     input: Arc<dyn ExecutionPlan>,
@@ -41,8 +43,11 @@ pub struct OnWorkersExec {
 /// What planning a query again takes: the distributed planner, the logical plan and the
 /// session state it was planned in.
 pub struct Replan {
+    /// The distributed query planner.
     pub planner: Arc<dyn QueryPlanner + Send + Sync>,
+    /// The query's logical plan.
     pub logical: LogicalPlan,
+    /// The session state it was planned in.
     pub state: SessionState,
 }
 
@@ -53,6 +58,8 @@ impl fmt::Debug for Replan {
 }
 
 impl OnWorkersExec {
+    /// Runs `input` (a distributed plan), retrying once as `replan` says, marking workers
+    /// that cannot be reached in `health`.
     pub fn new(
         input: Arc<dyn ExecutionPlan>,
         health: Arc<WorkerHealth>,

@@ -32,6 +32,7 @@ pub struct WorkerSessions {
 }
 
 impl WorkerSessions {
+    /// Sessions over the databases this worker opens (`databases`).
     pub fn new(databases: Arc<Databases>) -> Self {
         Self { databases }
     }

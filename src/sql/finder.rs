@@ -18,20 +18,26 @@ use datafusion::sql::sqlparser::ast::{
 use super::pin::normalize_ident;
 use crate::format::manifest::{ROW_ADDR, ROW_ID};
 
-/// Column names of the finder's bookkeeping columns.
+/// Column names of the finder's bookkeeping columns: the target row's address...
 pub const ADDR: &str = "__fv_addr";
+/// ... its row id...
 pub const ROWID: &str = "__fv_rowid";
+/// ... and what happens to it ([`Action::code`]).
 pub const ACTION: &str = "__fv_action";
 
 /// What happens to one finder row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
+    /// The target row goes.
     Delete,
+    /// The target row gets new values.
     Update,
+    /// A new row (MERGE's `WHEN NOT MATCHED THEN INSERT`).
     Insert,
 }
 
 impl Action {
+    /// The action as the finder's action column holds it.
     pub fn code(self) -> &'static str {
         match self {
             Action::Delete => "D",
@@ -40,6 +46,7 @@ impl Action {
         }
     }
 
+    /// The action `code` names (the inverse of [`Self::code`]).
     pub fn from_code(code: &str) -> Result<Self> {
         match code {
             "D" => Ok(Action::Delete),
@@ -53,13 +60,16 @@ impl Action {
 /// The target of a DML statement.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DmlTarget {
+    /// The target table's name.
     pub table: String,
     /// How the statement refers to the target in expressions.
     pub alias: String,
 }
 
+/// A DML statement's finder: the query whose rows say which target rows change and how.
 #[derive(Debug, Clone)]
 pub struct Finder {
+    /// The query.
     pub sql: String,
     /// Action of rows when the finder has no action column.
     pub default_action: Action,
@@ -70,7 +80,9 @@ pub struct Finder {
 /// One table column of the target: its name and, for vector columns, the dimension.
 #[derive(Debug, Clone)]
 pub struct TargetColumn {
+    /// The column's name.
     pub name: String,
+    /// Its dimension, for a vector column.
     pub vector_dim: Option<i32>,
 }
 
@@ -111,6 +123,7 @@ fn single_table(tables: &[TableWithJoins], what: &str) -> Result<DmlTarget> {
     }
 }
 
+/// The target of `DELETE`; an error for forms fragvec does not take (USING, RETURNING, ...).
 pub fn delete_target(d: &Delete) -> Result<DmlTarget> {
     if d.using.is_some() || d.returning.is_some() || !d.order_by.is_empty() || d.limit.is_some() {
         return plan_err!("DELETE supports only FROM <table> [WHERE ...]");
@@ -123,6 +136,7 @@ pub fn delete_target(d: &Delete) -> Result<DmlTarget> {
     }
 }
 
+/// The target of `UPDATE`; an error for forms fragvec does not take (FROM, RETURNING, ...).
 pub fn update_target(u: &Update) -> Result<DmlTarget> {
     if u.from.is_some() {
         return plan_err!("UPDATE ... FROM is not supported; use MERGE INTO");
@@ -133,6 +147,7 @@ pub fn update_target(u: &Update) -> Result<DmlTarget> {
     single_table(std::slice::from_ref(&u.table), "UPDATE")
 }
 
+/// The target of `MERGE INTO`.
 pub fn merge_target(m: &Merge) -> Result<DmlTarget> {
     if m.output.is_some() {
         return plan_err!("MERGE ... OUTPUT is not supported");
@@ -150,6 +165,8 @@ fn bookkeeping(alias: &str) -> String {
     )
 }
 
+/// The finder of `DELETE` over `relation` (the target pinned, with virtual columns): the
+/// addresses of the rows its `WHERE` keeps.
 pub fn delete_finder(d: &Delete, target: &DmlTarget, relation: &str) -> Result<Finder> {
     let mut sql = format!(
         "SELECT {} FROM {} AS {}",
@@ -201,6 +218,7 @@ fn typed(value: &str, column: &TargetColumn) -> String {
     }
 }
 
+/// The finder of `UPDATE`: each row its `WHERE` keeps, with the assigned columns' new values.
 pub fn update_finder(
     u: &Update,
     target: &DmlTarget,
@@ -232,6 +250,7 @@ pub fn update_finder(
     })
 }
 
+/// The finder of `MERGE`: each source row matched or not, with its action and values.
 pub fn merge_finder(
     m: &Merge,
     target: &DmlTarget,

@@ -29,9 +29,13 @@ use crate::index::distance::Metric;
 /// One `knn(...)` call of a statement.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KnnCall {
+    /// The table searched.
     pub table: String,
+    /// Its vector column.
     pub column: String,
+    /// The query vector, as SQL text.
     pub vector: String,
+    /// How many rows.
     pub k: u64,
     /// The prefilter, a condition on the table's columns.
     pub filter: Option<Expr>,

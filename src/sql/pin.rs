@@ -17,12 +17,16 @@ use datafusion::sql::sqlparser::ast::{
 /// `#vc` adds the virtual columns `_rowaddr` and `_rowid` to the table's schema.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RelationName {
+    /// The table's name.
     pub table: String,
+    /// The version pinned (`None`: the latest).
     pub version: Option<u64>,
+    /// Whether `_rowaddr` and `_rowid` are added.
     pub virtual_columns: bool,
 }
 
 impl RelationName {
+    /// `name` as the front end wrote it; `None` for a name that is not one of these.
     pub fn parse(name: &str) -> Option<Self> {
         let (rest, virtual_columns) = match name.strip_suffix("#vc") {
             Some(r) => (r, true),
@@ -42,6 +46,7 @@ impl RelationName {
         })
     }
 
+    /// The name as the catalog is given it (the inverse of [`Self::parse`]).
     pub fn encode(&self) -> String {
         let mut s = self.table.clone();
         if let Some(v) = self.version {

@@ -68,6 +68,7 @@ pub fn operator_function(op: &str) -> Option<&'static str> {
     OPERATORS.iter().find(|(o, _)| *o == op).map(|(_, f)| *f)
 }
 
+/// Whether `name` (any case) is one of fragvec's distance functions.
 pub fn is_distance_function(name: &str) -> bool {
     DISTANCE_FUNCTIONS.contains(&name.to_ascii_lowercase().as_str())
 }
