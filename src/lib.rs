@@ -37,7 +37,6 @@
 pub mod cli;
 #[cfg(feature = "distributed")]
 pub mod distributed;
-#[allow(missing_docs)]
 pub mod engine;
 #[allow(missing_docs)]
 pub mod format;

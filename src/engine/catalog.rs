@@ -25,6 +25,8 @@ use super::scan::VirtualColumns;
 use crate::format::{Database, FormatError};
 use crate::index::cache::IndexCache;
 
+/// The default schema of a fragvec session: the database's tables and views at their
+/// latest versions, the session's own tables, and pinned relations (`t@v3`) the front end names.
 #[derive(Debug)]
 pub struct FragvecSchema {
     db: Database,
@@ -51,6 +53,7 @@ impl std::fmt::Debug for StateSource {
 }
 
 impl FragvecSchema {
+    /// The schema of `db`, with an index cache of its own (the default size).
     pub async fn open(db: Database) -> Result<Self> {
         let cache = Arc::new(IndexCache::new(FragvecOptions::default().index_cache_bytes));
         Self::open_sharing(db, cache).await
@@ -71,10 +74,12 @@ impl FragvecSchema {
         Ok(schema)
     }
 
+    /// The index cache its tables search through.
     pub fn index_cache(&self) -> &Arc<IndexCache> {
         &self.index_cache
     }
 
+    /// The database it lists.
     pub fn database(&self) -> &Database {
         &self.db
     }
@@ -117,6 +122,7 @@ impl FragvecSchema {
         Ok(Arc::new(ViewTable::new(plan, Some(query))))
     }
 
+    /// Whether `name` is one of the session's own (in-memory) tables.
     pub fn is_session_table(&self, name: &str) -> bool {
         self.session_tables.read().expect("lock").contains_key(name)
     }

@@ -135,6 +135,7 @@ impl std::hash::Hash for IvfPartition {
 }
 
 impl IvfPartition {
+    /// `ivf_partition(col)` before planning binds it to an index's model.
     pub fn unbound() -> Self {
         Self {
             signature: Signature::any(1, Volatility::Immutable),

@@ -55,6 +55,8 @@ impl Kind {
     }
 }
 
+/// Registers fragvec's table functions (`recluster_information`, `fragvec_maintenance`, ...)
+/// over `db` in `ctx`.
 pub fn register(ctx: &SessionContext, db: &Database) {
     ctx.register_udtf(
         "recluster_information",

@@ -59,8 +59,11 @@ use crate::index::knn::{self, KnnRequest, KnnShare, KnnStats, rows::RowReader};
 pub struct KnnQuery {
     /// The vector column (a table column name).
     pub column: String,
+    /// The query vector.
     pub vector: Vec<f32>,
+    /// The distance.
     pub metric: Metric,
+    /// How many rows.
     pub k: usize,
     /// IVF partitions to probe per segment (`fragvec.nprobes` when the query was planned).
     pub nprobes: usize,
@@ -69,6 +72,8 @@ pub struct KnnQuery {
     pub nulls_first: bool,
 }
 
+/// The nearest rows of a table to a query vector, through its IVF index and brute force over
+/// unindexed fragments, with the WHERE filter applied before each segment's top-k.
 #[derive(Debug)]
 pub struct KnnExec {
     scan: ScanSpec,
@@ -84,6 +89,7 @@ pub struct KnnExec {
 }
 
 impl KnnExec {
+    /// A search for `query` over the scan's snapshot, through `index` (`None`: exact) and `cache`.
     pub fn new(
         scan: ScanSpec,
         query: KnnQuery,
@@ -139,6 +145,7 @@ impl KnnExec {
         Ok(knn)
     }
 
+    /// What it searches for.
     pub fn query(&self) -> &KnnQuery {
         &self.query
     }
@@ -148,14 +155,17 @@ impl KnnExec {
         self.index.as_ref()
     }
 
+    /// The part of the search it answers for (on a worker); `None`: all of it.
     pub fn share(&self) -> Option<&KnnShare> {
         self.share.as_ref()
     }
 
+    /// The index cache it reads through.
     pub fn cache(&self) -> &Arc<IndexCache> {
         &self.cache
     }
 
+    /// The query vector (what a kept plan re-binds).
     pub fn query_vector(&self) -> &[f32] {
         &self.query.vector
     }

@@ -33,6 +33,8 @@ use super::udf::DistanceKind;
 use crate::format::types::vector_dim;
 use crate::index::distance::Metric;
 
+/// The physical optimizer rule that replaces a top-k sort by a vector distance over a fragvec
+/// table (with its filter) by a [`KnnExec`].
 #[derive(Debug, Default)]
 pub struct KnnRule;
 

@@ -66,6 +66,7 @@ pub async fn run_compact(
     compaction_batch(&m)
 }
 
+/// `COMPACT`'s one-row report.
 pub fn compaction_batch(m: &CompactionMetrics) -> Result<RecordBatch> {
     u64_row(&[
         ("fragments_removed", m.fragments_removed),
@@ -75,6 +76,8 @@ pub fn compaction_batch(m: &CompactionMetrics) -> Result<RecordBatch> {
     ])
 }
 
+/// Runs `VACUUM` on the table of `snapshot` (keeping `retain` versions, files younger than
+/// `grace`); gives its one-row report.
 pub async fn run_vacuum(
     snapshot: &Snapshot,
     retain: Option<u64>,
@@ -93,6 +96,7 @@ pub async fn run_vacuum(
     ])
 }
 
+/// One row of `UInt64` columns named as in `values`.
 pub fn u64_row(values: &[(&str, u64)]) -> Result<RecordBatch> {
     let schema = Arc::new(Schema::new(
         values

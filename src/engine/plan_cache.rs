@@ -42,7 +42,9 @@ const MAX_PLANS: usize = 64;
 /// A physical plan and the parameter values it was built with.
 #[derive(Debug, Clone)]
 pub struct CachedPlan {
+    /// The plan.
     pub plan: Arc<dyn ExecutionPlan>,
+    /// The vector parameters it was built with (what a re-bind replaces).
     pub params: Vec<Vec<f64>>,
 }
 
@@ -73,9 +75,13 @@ pub struct ShapeNote(Mutex<Option<Learnt>>);
 /// See [`ShapeNote::learnt`].
 #[derive(Debug)]
 pub struct Learnt {
+    /// The key its plan is kept under.
     pub plan_key: String,
+    /// The `fragvec.*` options it was planned under (`Debug` form).
     pub options: String,
+    /// Each table it read, at its version.
     pub versions: Vec<(String, u64)>,
+    /// The vector parameters of the statement that ran.
     pub params: Vec<Vec<f64>>,
 }
 
@@ -103,6 +109,7 @@ impl ShapeNote {
     }
 }
 
+/// A session's kept KNN plans by statement key, and the statement shapes that reuse them.
 #[derive(Debug, Default)]
 pub struct PlanCache {
     plans: Mutex<HashMap<String, CachedPlan>>,
@@ -131,6 +138,7 @@ impl PlanCache {
         shapes.insert(text, shape);
     }
 
+    /// The plan kept under `key`.
     pub fn get(&self, key: &str) -> Option<CachedPlan> {
         self.plans.lock().expect("plan cache").get(key).cloned()
     }
@@ -173,6 +181,7 @@ impl PlanCache {
         plans.insert(key, plan);
     }
 
+    /// Forgets every plan and shape (after DDL, say).
     pub fn clear(&self) {
         self.plans.lock().expect("plan cache").clear();
         self.shapes.lock().expect("shape cache").clear();

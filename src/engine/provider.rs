@@ -22,6 +22,8 @@ use crate::format::Snapshot;
 use crate::format::manifest::KeyConstraint;
 use crate::index::cache::IndexCache;
 
+/// A fragvec table at one version, as DataFusion's `TableProvider`: scans, inserts and
+/// the KNN rule's target.
 #[derive(Debug)]
 pub struct FragvecTable {
     snapshot: Snapshot,
@@ -36,6 +38,8 @@ pub struct FragvecTable {
 }
 
 impl FragvecTable {
+    /// The table at `snapshot`, with `virtual_columns` added to its schema, searching through
+    /// `index_cache`.
     pub fn new(
         snapshot: Snapshot,
         virtual_columns: VirtualColumns,
@@ -71,6 +75,7 @@ impl FragvecTable {
         self
     }
 
+    /// The version it reads.
     pub fn snapshot(&self) -> &Snapshot {
         &self.snapshot
     }

@@ -198,6 +198,7 @@ pub struct RangeCursor {
 }
 
 impl RangeCursor {
+    /// A cursor at the start of `ranges` (offset ranges of one fragment, in order).
     pub fn new(ranges: Vec<Range<u64>>) -> Self {
         let mut ranges = ranges.into_iter();
         let current = ranges.next();

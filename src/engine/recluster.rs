@@ -32,6 +32,7 @@ use crate::rewrite::recluster::{ReclusterSpec, RowColumns, recluster};
 /// Key expressions compiled against the columns they use.
 #[derive(Debug, Clone)]
 pub struct CompiledExprs {
+    /// The expressions, bound to `schema`.
     pub exprs: Vec<Arc<dyn PhysicalExpr>>,
     /// The table columns the expressions read, in table order.
     pub schema: SchemaRef,
@@ -261,6 +262,7 @@ pub async fn clustering_info(
 /// The `recluster_information('t' [, 'key, ...'])` table function.
 #[derive(Debug)]
 pub struct ReclusterInformation {
+    /// The database whose tables it reports on.
     pub db: Database,
 }
 

@@ -44,7 +44,9 @@ use crate::ledger::ids::row_address;
 /// Which virtual columns a scan produces.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct VirtualColumns {
+    /// `_rowaddr`: the row's address (fragment id and offset).
     pub row_addr: bool,
+    /// `_rowid`: the row's stable id.
     pub row_id: bool,
 }
 
@@ -53,19 +55,24 @@ pub use crate::format::manifest::{ROW_ADDR, ROW_ID};
 /// What a scan needs to know to read one snapshot.
 #[derive(Debug, Clone)]
 pub struct ScanSpec {
+    /// The table version read.
     pub snapshot: Snapshot,
     /// Table columns read from data files, in table order.
     pub read_schema: SchemaRef,
     /// `read_schema` plus the virtual columns needed; filters are evaluated on this.
     pub work_schema: SchemaRef,
+    /// The virtual columns produced.
     pub virtual_columns: VirtualColumns,
     /// Conjunction of the pushed-down filters, bound to `work_schema`.
     pub predicate: Option<Arc<dyn PhysicalExpr>>,
     /// Columns of `work_schema` that form the output.
     pub output_indices: Vec<usize>,
+    /// At most this many rows.
     pub limit: Option<usize>,
 }
 
+/// Reads a snapshot's live rows fragment by fragment: deletion vectors applied, the filter
+/// evaluated, fragments and row groups it cannot match skipped.
 #[derive(Debug)]
 pub struct FragmentScanExec {
     spec: ScanSpec,
@@ -84,6 +91,7 @@ pub struct FragmentScanExec {
 }
 
 impl FragmentScanExec {
+    /// A scan of every fragment of `spec`'s snapshot.
     pub fn new(spec: ScanSpec) -> Result<Self> {
         let schema = Arc::new(spec.work_schema.project(&spec.output_indices)?);
         let cache = Arc::new(PlanProperties::new(
@@ -109,15 +117,18 @@ impl FragmentScanExec {
         })
     }
 
+    /// What it reads.
     pub fn spec(&self) -> &ScanSpec {
         &self.spec
     }
 
+    /// It carries `cache` for the KNN rule.
     pub fn with_index_cache(mut self, cache: Arc<IndexCache>) -> Self {
         self.index_cache = Some(cache);
         self
     }
 
+    /// The index cache it carries, if any.
     pub fn index_cache(&self) -> Option<&Arc<IndexCache>> {
         self.index_cache.as_ref()
     }

@@ -53,7 +53,9 @@ pub use super::options::progress_of;
 /// What one statement produced.
 #[derive(Debug, Clone)]
 pub struct StatementResult {
+    /// The columns of its rows.
     pub schema: SchemaRef,
+    /// Its rows.
     pub batches: Vec<RecordBatch>,
     /// `Some(n)` for statements that change rows (their result is one `count` row).
     pub rows_affected: Option<u64>,
@@ -86,6 +88,7 @@ impl StatementResult {
         Self::rows(Arc::new(Schema::empty()), vec![])
     }
 
+    /// How many rows it has.
     pub fn num_rows(&self) -> usize {
         self.batches.iter().map(|b| b.num_rows()).sum()
     }
@@ -140,6 +143,7 @@ impl FragvecSession {
         register(&ctx, location).await
     }
 
+    /// Makes `ctx` a fragvec session over `db` (an index cache of its own).
     pub async fn with_context(ctx: SessionContext, db: Database) -> Result<Self> {
         let schema = Arc::new(FragvecSchema::open(db).await?);
         Self::with_schema(ctx, schema).await
@@ -228,6 +232,7 @@ impl FragvecSession {
         &self.ctx
     }
 
+    /// The database it runs over.
     pub fn database(&self) -> &Database {
         self.schema.database()
     }

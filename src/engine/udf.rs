@@ -32,15 +32,21 @@ use datafusion::prelude::SessionContext;
 use crate::format::types::has_null_element;
 use crate::index::distance::{cosine_distance, dot, l2_squared};
 
+/// fragvec's distance functions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DistanceKind {
+    /// `l2_distance`: Euclidean distance (pgvector's `<->`).
     L2,
+    /// `cosine_distance`: 1 − cosine similarity (`<=>`).
     Cosine,
+    /// `inner_product`: the dot product.
     InnerProduct,
+    /// `negative_inner_product`: minus the dot product (`<#>`).
     NegativeInnerProduct,
 }
 
 impl DistanceKind {
+    /// Every kind.
     pub const ALL: [DistanceKind; 4] = [
         DistanceKind::L2,
         DistanceKind::Cosine,
@@ -48,6 +54,7 @@ impl DistanceKind {
         DistanceKind::NegativeInnerProduct,
     ];
 
+    /// The function's SQL name.
     pub fn name(self) -> &'static str {
         match self {
             DistanceKind::L2 => "l2_distance",
@@ -81,6 +88,7 @@ impl DistanceKind {
         }
     }
 
+    /// The kind named `name` (its SQL name, not an alias).
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|k| k.name() == name)
     }
@@ -96,6 +104,7 @@ impl DistanceKind {
     }
 }
 
+/// A distance function over vectors (`VECTOR(n)`, lists, arrays), one per [`DistanceKind`].
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct DistanceUdf {
     kind: DistanceKind,
@@ -104,6 +113,7 @@ pub struct DistanceUdf {
 }
 
 impl DistanceUdf {
+    /// The function of `kind`, with its aliases.
     pub fn new(kind: DistanceKind) -> Self {
         Self {
             kind,

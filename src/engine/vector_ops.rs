@@ -24,6 +24,8 @@ use datafusion::sql::sqlparser::ast::BinaryOperator;
 use super::udf::{DistanceKind, DistanceUdf};
 use crate::sql::vector_syntax::{operator_function, parse_vector_text};
 
+/// Plans pgvector's operators (`<->`, `<=>`, `<#>`) as fragvec's distance functions, by
+/// operand type.
 #[derive(Debug, Default)]
 pub struct VectorOperatorPlanner;
 

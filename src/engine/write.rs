@@ -35,6 +35,7 @@ pub fn count_schema() -> SchemaRef {
     )]))
 }
 
+/// The one-row `count` result of a statement that wrote `count` rows.
 pub fn count_batch(count: u64) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(
         count_schema(),
@@ -109,6 +110,7 @@ pub async fn append_streams(
     Ok(rows)
 }
 
+/// Appends its input's rows to a table as one commit; answers with their count.
 #[derive(Debug)]
 pub struct InsertExec {
     snapshot: Snapshot,
@@ -117,6 +119,7 @@ pub struct InsertExec {
 }
 
 impl InsertExec {
+    /// An insert of `input`'s rows into the table of `snapshot` (rebased over commits since).
     pub fn new(snapshot: Snapshot, input: Arc<dyn ExecutionPlan>) -> Self {
         let cache = Arc::new(PlanProperties::new(
             EquivalenceProperties::new(count_schema()),

@@ -41,6 +41,7 @@ pub const MAX_TASKS: usize = 8;
 /// What one round did.
 #[derive(Clone, Debug, Default)]
 pub struct RoundReport {
+    /// The table.
     pub table: String,
     /// The tasks run, as journaled.
     pub tasks: Vec<TaskRecord>,

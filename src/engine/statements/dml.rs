@@ -23,8 +23,11 @@ use crate::sql::pin;
 /// A DML statement, matched once.
 #[derive(Debug, Clone, Copy)]
 pub enum Dml<'a> {
+    /// `DELETE`.
     Delete(&'a Delete),
+    /// `UPDATE`.
     Update(&'a Update),
+    /// `MERGE`.
     Merge(&'a Merge),
 }
 
