@@ -40,7 +40,6 @@ pub mod distributed;
 pub mod engine;
 #[allow(missing_docs)]
 pub mod format;
-#[allow(missing_docs)]
 pub mod index;
 #[allow(missing_docs)]
 pub mod ledger;

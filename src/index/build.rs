@@ -42,7 +42,9 @@ pub const KMEANS_ITERATIONS: usize = 10;
 /// The live, non-NULL vectors of some fragments: addresses and a flat `n × dim` matrix.
 #[derive(Debug, Default)]
 pub struct Vectors {
+    /// Each vector's row address.
     pub addrs: Vec<u64>,
+    /// The vectors, `dim` floats each, in the order of `addrs`.
     pub values: Vec<f32>,
 }
 
@@ -63,6 +65,7 @@ pub const READ_BATCH_ROWS: usize = 8192;
 /// The live, non-NULL rows of one batch read by [`scan_vectors`].
 #[derive(Debug, Clone, Copy)]
 pub struct LiveRows<'a> {
+    /// The rows' addresses.
     pub addrs: &'a [u64],
     /// `addrs.len() × dim` floats.
     pub values: &'a [f32],
@@ -323,6 +326,7 @@ pub fn train_on_sample(
     Ok(model)
 }
 
+/// Writes `model` as the model file of index `index`; gives its name and size in bytes.
 pub async fn write_model(dir: &TableDir, index: &str, model: &IvfModel) -> Result<(String, u64)> {
     let relative = format!("_indexes/{index}/{}.model", random_tag());
     let bytes = model.encode();

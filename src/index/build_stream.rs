@@ -114,24 +114,38 @@ pub struct BuildStats {
 /// A segment and model written by [`build`](fn@build), uncommitted.
 #[derive(Debug)]
 pub struct StreamedIndex {
+    /// IVF partitions trained.
     pub partitions: usize,
+    /// The model file written.
     pub model_file: String,
+    /// Its size in bytes.
     pub model_size_bytes: u64,
+    /// The segment written (not yet committed).
     pub segment: NewSegment,
+    /// What the build did and how long each phase took.
     pub stats: BuildStats,
 }
 
 /// The index to build and the budget to build it in.
 #[derive(Debug, Clone, Copy)]
 pub struct StreamBuild<'a> {
+    /// The table version indexed.
     pub snapshot: &'a Snapshot,
+    /// The index's name.
     pub index: &'a str,
+    /// The vector column.
     pub column: &'a str,
+    /// Its dimensions.
     pub dim: usize,
+    /// The index type.
     pub kind: &'a IndexKind,
+    /// The distance it serves.
     pub metric: Metric,
+    /// IVF partitions (default √rows).
     pub num_partitions: Option<usize>,
+    /// Rows k-means trains on (default: a size that trains well).
     pub sample_size: Option<usize>,
+    /// Memory the build may hold (samples, spill buffers).
     pub budget_bytes: usize,
 }
 

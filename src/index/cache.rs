@@ -87,6 +87,7 @@ fn budget_from(meminfo: Option<&str>, cgroup_limit: Option<&str>) -> usize {
 /// The vector column of one fragment's data file, decoded, for exact scoring.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct ColumnVectors {
+    /// Floats per vector.
     pub dim: usize,
     /// `rows × dim` floats; a NULL row's slots are zero.
     pub values: Vec<f32>,
@@ -119,7 +120,9 @@ impl ColumnVectors {
 /// How to bring a segment's rows up to date: the ledger and the segment's ownership.
 #[derive(Clone, Copy, Debug)]
 pub struct Translation<'a> {
+    /// The reuse ledger as the table version sees it.
     pub view: &'a LedgerView,
+    /// Which rows the segment still owns.
     pub ownership: &'a SegmentOwnership,
 }
 
@@ -266,6 +269,7 @@ impl CacheState {
 }
 
 impl IndexCache {
+    /// An empty cache holding at most `budget_bytes`.
     pub fn new(budget_bytes: usize) -> Self {
         Self {
             budget: AtomicUsize::new(budget_bytes),

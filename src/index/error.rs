@@ -6,51 +6,96 @@
 use crate::format::FormatError;
 use crate::ledger::LedgerError;
 
+/// What goes wrong building, reading or searching an index.
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
     /// Reading or writing the table's files failed, or a file is corrupt.
     #[error(transparent)]
     Format(#[from] FormatError),
+    /// An Arrow kernel failed on the rows.
     #[error(transparent)]
     Arrow(#[from] datafusion::arrow::error::ArrowError),
     /// The reuse ledger could not translate a segment's rows.
     #[error("table '{table}': {source}")]
     Ledger {
+        /// The table.
         table: String,
+        /// What the ledger refused.
         #[source]
         source: LedgerError,
     },
     /// The query vector does not fit the column (the user's input).
     #[error("query vector has {query} dimensions, column '{column}' has {column_dim}")]
     DimensionMismatch {
+        /// The query vector's dimensions.
         query: usize,
+        /// The column.
         column: String,
+        /// The column's dimensions.
         column_dim: usize,
     },
     /// A segment names a row its fragment does not have.
     #[error("row {offset} is past the end of fragment {fragment} ({rows} rows): a corrupt index?")]
     RowOutOfRange {
+        /// The fragment.
         fragment: u64,
+        /// The row named.
         offset: u64,
+        /// The rows the fragment has.
         rows: u64,
     },
     /// A segment names a fragment the table does not have (a broken invariant).
     #[error("KNN candidate in fragment {fragment}, not in the table")]
-    UnknownFragment { fragment: u64 },
+    UnknownFragment {
+        /// The fragment named.
+        fragment: u64,
+    },
     /// A fragment has no data file holding a column of the table schema.
     #[error("fragment {fragment} has no file for column {column}")]
-    MissingColumn { fragment: u64, column: String },
+    MissingColumn {
+        /// The fragment.
+        fragment: u64,
+        /// The column.
+        column: String,
+    },
+    /// A statement names an index the table does not have.
     #[error("index '{index}' does not exist on table '{table}'")]
-    NotFound { index: String, table: String },
+    NotFound {
+        /// The index named.
+        index: String,
+        /// The table.
+        table: String,
+    },
+    /// `CREATE VECTOR INDEX` of a name the table already has.
     #[error("index '{index}' already exists on table '{table}'")]
-    AlreadyExists { index: String, table: String },
+    AlreadyExists {
+        /// The index named.
+        index: String,
+        /// The table.
+        table: String,
+    },
+    /// An index on a column the table does not have.
     #[error("column '{column}' does not exist in table '{table}'")]
-    NoSuchColumn { column: String, table: String },
+    NoSuchColumn {
+        /// The column named.
+        column: String,
+        /// The table.
+        table: String,
+    },
+    /// An index on a column that is not `VECTOR(n)`.
     #[error("column '{column}' is not a vector column (VECTOR(n))")]
-    NotAVectorColumn { column: String },
+    NotAVectorColumn {
+        /// The column named.
+        column: String,
+    },
     /// Training or writing an index failed for a reason the user can act on.
     #[error("cannot build index '{index}': {reason}")]
-    Build { index: String, reason: String },
+    Build {
+        /// The index.
+        index: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl IndexError {
@@ -67,4 +112,5 @@ impl IndexError {
     }
 }
 
+/// The index layer's result.
 pub type Result<T, E = IndexError> = std::result::Result<T, E>;

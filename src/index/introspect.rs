@@ -40,12 +40,17 @@ pub fn indexes_schema() -> SchemaRef {
 /// What `fragvec_indexes` and the maintenance planner know about one index.
 #[derive(Clone, Debug, PartialEq)]
 pub struct IndexFigures {
+    /// The index's name.
     pub name: String,
+    /// Its segments.
     pub segments: u64,
+    /// Rows its segments hold.
     pub rows: u64,
     /// Fragments no segment owns, and their live rows.
     pub unindexed_fragments: Vec<u64>,
+    /// ... and their live rows.
     pub unindexed_rows: u64,
+    /// Rows of its largest partition.
     pub largest_partition_rows: u64,
     /// Whether a full MERGE would split the largest partition.
     pub needs_split: bool,

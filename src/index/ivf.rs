@@ -28,25 +28,32 @@ const HEADER: usize = 24;
 /// Codewords per PQ sub-quantizer (one byte per code).
 pub const PQ_CODES: usize = 256;
 
+/// A trained IVF model: centroids, and the quantizer of its index type.
 #[derive(Clone, Debug, PartialEq)]
 pub struct IvfModel {
+    /// The distance it was trained for.
     pub metric: Metric,
+    /// Vector dimensions.
     pub dim: usize,
     /// `partitions × dim`, row-major.
     pub centroids: Vec<f32>,
+    /// IVF_PQ: the product quantizer.
     pub pq: Option<ProductQuantizer>,
     /// IVF_SQ: each partition's code grid ([`super::sq`]).
     pub sq: Option<ScalarGrid>,
 }
 
+/// A product quantizer: `sub_vectors` codebooks of [`PQ_CODES`] codewords.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProductQuantizer {
+    /// Sub-vectors per vector (each coded in one byte).
     pub sub_vectors: usize,
     /// `sub_vectors × PQ_CODES × sub_dim`.
     pub codebooks: Vec<f32>,
 }
 
 impl ProductQuantizer {
+    /// Dimensions of one sub-vector of a `dim`-dimensional vector.
     pub fn sub_dim(&self, dim: usize) -> usize {
         dim / self.sub_vectors
     }
@@ -87,6 +94,7 @@ impl ProductQuantizer {
         }
     }
 
+    /// Appends the codes of `v` to `out`.
     #[inline]
     pub fn encode(&self, v: &[f32], out: &mut Vec<u8>) {
         let sub_dim = v.len() / self.sub_vectors;
@@ -118,6 +126,7 @@ impl ProductQuantizer {
 }
 
 impl IvfModel {
+    /// How many partitions.
     pub fn partitions(&self) -> usize {
         self.centroids.len() / self.dim.max(1)
     }
@@ -174,6 +183,7 @@ impl IvfModel {
         keyed.into_iter().map(|(_, i)| i).collect()
     }
 
+    /// The model file's bytes.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(32 + self.centroids.len() * 4);
         out.extend_from_slice(if self.sq.is_some() { MAGIC_V3 } else { MAGIC });
@@ -211,6 +221,7 @@ impl IvfModel {
         out
     }
 
+    /// A model from its file's bytes; an error for a damaged or foreign file.
     pub fn decode(bytes: &[u8]) -> Result<Self, String> {
         let (checked, header) = match bytes.get(..8) {
             Some(m) if m == MAGIC => (true, HEADER),

@@ -59,6 +59,7 @@ pub struct CentroidTable {
 }
 
 impl CentroidTable {
+    /// The table of `centroids` (`dim` floats each).
     pub fn new(centroids: &[f32], dim: usize) -> Self {
         let len = centroids.len().checked_div(dim).unwrap_or(0);
         let slots = len.div_ceil(PANEL) * PANEL;
@@ -84,6 +85,7 @@ impl CentroidTable {
         self.len
     }
 
+    /// Whether it has no centroid.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -34,6 +34,7 @@ use crate::ledger::{Coverage, LedgerView, SegmentOwnership};
 /// How to build an index (parsed from `WITH (...)` by the engine).
 #[derive(Clone, Debug, PartialEq)]
 pub struct BuildOptions {
+    /// The distance the index serves.
     pub metric: Metric,
     /// Default: √rows, clamped to [1, 1024].
     pub num_partitions: Option<usize>,
@@ -59,10 +60,13 @@ impl Default for BuildOptions {
 /// An index built on a snapshot, not yet committed.
 #[derive(Debug)]
 pub struct BuiltIndex {
+    /// The index definition to commit.
     pub def: IndexDef,
+    /// The segment written.
     pub segment: NewSegment,
     /// The fragments whose rows the segment read.
     pub covered: BTreeSet<u64>,
+    /// What the build did.
     pub stats: BuildStats,
 }
 

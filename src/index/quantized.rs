@@ -80,9 +80,13 @@ pub fn value_range(vectors: &[f32], dim: usize) -> Option<(Vec<f32>, Vec<f32>)> 
 /// `LIMIT`) has infinite terms: no bound ever rules it out.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RowTerms {
+    /// An upper bound on the row's coding error `‖x − x̂‖`.
     pub err: f32,
+    /// The dot product's error per unit of `‖q‖`.
     pub reach: f32,
+    /// The row's norm as the cosine kernel computes it.
     pub norm: f32,
+    /// An upper bound on the row's distance from its partition's centre.
     pub far: f32,
 }
 
@@ -132,6 +136,7 @@ impl Coder {
         }
     }
 
+    /// Dimensions of the rows.
     pub fn dim(&self) -> usize {
         self.lo.len()
     }

@@ -45,6 +45,7 @@ pub struct BottomK {
 }
 
 impl BottomK {
+    /// An empty sample keeping at most `capacity` rows of `dim` floats.
     pub fn new(capacity: usize, dim: usize) -> Self {
         Self {
             dim,
@@ -125,6 +126,7 @@ pub struct KeyBound {
 }
 
 impl KeyBound {
+    /// An empty bound for a sample of `capacity` rows.
     pub fn new(capacity: usize) -> Self {
         Self {
             capacity,
@@ -132,6 +134,7 @@ impl KeyBound {
         }
     }
 
+    /// Offers the row at stream position `addr`.
     pub fn offer(&mut self, addr: u64) {
         if self.capacity == 0 {
             return;
@@ -146,6 +149,7 @@ impl KeyBound {
         }
     }
 
+    /// Bytes it holds.
     pub fn bytes(&self) -> usize {
         self.heap.capacity() * 8
     }

@@ -23,6 +23,7 @@ use crate::ledger::ids::split_row_address;
 pub struct Candidate {
     /// Smaller is nearer; `f32::INFINITY` for rows without a defined distance.
     pub key: f32,
+    /// The row's address.
     pub addr: u64,
 }
 
@@ -52,6 +53,7 @@ pub struct TopK {
 }
 
 impl TopK {
+    /// An empty top-k.
     pub fn new(k: usize) -> Self {
         Self {
             k,
@@ -77,6 +79,7 @@ impl TopK {
         self.heap.peek().copied().filter(|_| self.is_full())
     }
 
+    /// Offers `c`: kept when it is among the k nearest so far.
     #[inline]
     pub fn push(&mut self, c: Candidate) {
         if self.ceiling.is_some_and(|ceiling| c > ceiling) {
@@ -110,10 +113,12 @@ impl TopK {
         self.is_full() || self.ceiling.is_some()
     }
 
+    /// The k.
     pub fn k(&self) -> usize {
         self.k
     }
 
+    /// Whether it holds k candidates.
     pub fn is_full(&self) -> bool {
         self.heap.len() >= self.k
     }
@@ -123,10 +128,12 @@ impl TopK {
         self.heap.len()
     }
 
+    /// Whether it holds none.
     pub fn is_empty(&self) -> bool {
         self.heap.is_empty()
     }
 
+    /// Its candidates, nearest first.
     pub fn into_sorted(self) -> Vec<Candidate> {
         self.heap.into_sorted_vec()
     }
@@ -135,9 +142,13 @@ impl TopK {
 /// Why a row was dropped before scoring.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
+    /// The row may be returned.
     Keep,
+    /// The segment no longer owns the row.
     NotOwned,
+    /// The row was deleted.
     Deleted,
+    /// The row fails the WHERE filter.
     Filtered,
 }
 
@@ -147,12 +158,14 @@ pub struct RowMask<'a> {
     /// Fragments the segment owns and that are still in the table, ascending (a segment
     /// owns few fragments: halving a short list beats hashing on every row).
     pub owned: Vec<u64>,
+    /// Deleted rows, per owned fragment.
     pub deletions: Option<&'a HashMap<u64, RoaringBitmap>>,
     /// Addresses that pass the query's WHERE filter; `None` = no filter.
     pub allowed: Option<&'a RoaringTreemap>,
 }
 
 impl RowMask<'_> {
+    /// Whether the row at `addr` may be returned, and if not why.
     #[inline]
     pub fn verdict(&self, addr: u64) -> Verdict {
         let (frag, offset) = split_row_address(addr);
@@ -176,10 +189,15 @@ impl RowMask<'_> {
 /// Counters a search reports (shown by `EXPLAIN ANALYZE`).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct SearchStats {
+    /// IVF partitions scored.
     pub partitions_probed: usize,
+    /// Rows whose distance was computed.
     pub rows_scored: usize,
+    /// Rows of fragments the segment no longer owns.
     pub dropped_ownership: usize,
+    /// Rows deleted since the segment was written.
     pub dropped_deleted: usize,
+    /// Rows the WHERE filter dropped.
     pub dropped_filter: usize,
     /// Rows a bound ruled out: their codes', or their whole partition's (then unseen by
     /// the mask).
@@ -200,6 +218,7 @@ impl SearchStats {
         false
     }
 
+    /// Adds `o`'s counts to these.
     pub fn add(&mut self, o: &SearchStats) {
         self.partitions_probed += o.partitions_probed;
         self.rows_scored += o.rows_scored;

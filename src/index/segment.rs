@@ -50,6 +50,7 @@ const FOOTER_HEAD: usize = 16;
 /// The rows of one partition of one segment.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Partition {
+    /// The rows' addresses.
     pub addrs: Vec<u64>,
     /// `addrs.len() × width` bytes for PQ codes, or empty for IVF_FLAT.
     pub codes: Vec<u8>,
@@ -64,10 +65,12 @@ pub struct Partition {
 }
 
 impl Partition {
+    /// Rows in the partition.
     pub fn len(&self) -> usize {
         self.addrs.len()
     }
 
+    /// Whether it has no row.
     pub fn is_empty(&self) -> bool {
         self.addrs.is_empty()
     }
@@ -94,7 +97,9 @@ impl Partition {
 /// CRC32C of a partition's two byte blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionChecksum {
+    /// Of the address block.
     pub addrs: u32,
+    /// Of the payload block.
     pub payload: u32,
 }
 
@@ -103,12 +108,14 @@ pub struct PartitionChecksum {
 pub struct Footer {
     /// Payload bytes per row (`4 × dim` for flat vectors, `sub_vectors` for PQ codes).
     pub row_width: usize,
+    /// Per partition: its byte offset and row count.
     pub partitions: Vec<(u64, u64)>,
     /// One per partition; `None` for a format-1 file (no checksums).
     pub checksums: Option<Vec<PartitionChecksum>>,
 }
 
 impl Footer {
+    /// Rows in the segment.
     pub fn rows(&self) -> u64 {
         self.partitions.iter().map(|p| p.1).sum()
     }

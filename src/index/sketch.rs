@@ -30,7 +30,9 @@ use super::sq;
 /// A partition's addresses, quantized rows and per-row checksums (see the module docs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sketch {
+    /// The rows' addresses.
     pub addrs: Vec<u64>,
+    /// Their codes and bound terms.
     pub rows: QuantizedRows,
     /// Per row: CRC32C of its floats as the file stores them (little-endian), checked when
     /// the row is read alone.
@@ -64,6 +66,7 @@ impl Sketch {
         })
     }
 
+    /// Rows in the sketch.
     pub fn len(&self) -> usize {
         self.addrs.len()
     }
@@ -79,6 +82,7 @@ impl Sketch {
         }
     }
 
+    /// Whether it has no row.
     pub fn is_empty(&self) -> bool {
         self.addrs.is_empty()
     }
@@ -103,7 +107,9 @@ pub fn row_sums(vectors: &[f32], dim: usize) -> Vec<u32> {
 /// A row of a sketch: which sketch (by position) and which row in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RowRef {
+    /// The sketch, by position.
     pub sketch: u32,
+    /// The row in it.
     pub row: u32,
 }
 

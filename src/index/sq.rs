@@ -41,6 +41,7 @@ pub fn row_width(dim: usize) -> usize {
 /// Per partition, per dimension, the range its codes span (see the module docs).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ScalarGrid {
+    /// Vector dimensions.
     pub dim: usize,
     /// `partitions × dim`, row-major.
     pub lo: Vec<f32>,
@@ -61,6 +62,7 @@ impl ScalarGrid {
         trainer.finish()
     }
 
+    /// How many partitions.
     pub fn partitions(&self) -> usize {
         self.lo.len() / self.dim.max(1)
     }
@@ -105,6 +107,7 @@ pub struct GridTrainer {
 }
 
 impl GridTrainer {
+    /// A trainer of `partitions` partitions' grids over `dim` dimensions.
     pub fn new(dim: usize, partitions: usize) -> Self {
         Self {
             dim,
@@ -143,6 +146,7 @@ impl GridTrainer {
         }
     }
 
+    /// The trained grid.
     pub fn finish(self) -> ScalarGrid {
         let dim = self.dim;
         let zero = (vec![0f32; dim], vec![0f32; dim]);
@@ -174,6 +178,7 @@ pub struct Coders<'a> {
 }
 
 impl<'a> Coders<'a> {
+    /// The coders of `grid`'s partitions (made as asked).
     pub fn new(grid: &'a ScalarGrid) -> Self {
         Self {
             grid,
@@ -181,6 +186,7 @@ impl<'a> Coders<'a> {
         }
     }
 
+    /// The coder of partition `p`.
     pub fn get(&self, p: usize) -> &Coder {
         self.made[p].get_or_init(|| self.grid.coder(p))
     }
@@ -214,7 +220,9 @@ pub fn row_sum(x: &[f32]) -> u32 {
 
 /// A partition's payload decoded: codes, bound terms and per-row checksums.
 pub struct Decoded {
+    /// The rows' codes and bound terms.
     pub rows: QuantizedRows,
+    /// Per row, the CRC32C of its floats ([`row_sum`]).
     pub row_sums: Vec<u32>,
 }
 

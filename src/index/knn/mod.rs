@@ -61,11 +61,15 @@ pub const EXACT_MASK_ROWS: u64 = 4096;
 /// What to search for.
 #[derive(Clone, Copy, Debug)]
 pub struct KnnRequest<'a> {
+    /// The table version searched.
     pub snapshot: &'a Snapshot,
     /// The vector column (a table column name).
     pub column: &'a str,
+    /// The query vector.
     pub vector: &'a [f32],
+    /// The distance.
     pub metric: Metric,
+    /// How many rows.
     pub k: usize,
     /// The index to search; `None` scores every row exactly.
     pub index: Option<&'a IndexDef>,
@@ -82,15 +86,23 @@ pub struct KnnRequest<'a> {
 /// Counters of one search (shown by `EXPLAIN ANALYZE`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KnnStats {
+    /// Index segments searched.
     pub segments_searched: usize,
+    /// IVF partitions scored, over all segments.
     pub partitions_probed: usize,
+    /// Rows whose distance was computed.
     pub rows_scored: usize,
+    /// Rows of a segment it no longer owns.
     pub dropped_ownership: usize,
+    /// Rows deleted since the segment was written.
     pub dropped_deleted: usize,
+    /// Rows the WHERE filter dropped.
     pub dropped_filter: usize,
     /// Rows of quantized partitions ruled out from their codes (not scored from floats).
     pub skipped_by_bound: usize,
+    /// Rows scored by brute force (no segment owns their fragment).
     pub unindexed_rows: usize,
+    /// Searches the data files answered because the index could not.
     pub exact_fallbacks: usize,
     /// Data fragments whose rows were read from Parquet (scoring or fetching rows).
     pub fragments_read: usize,
@@ -104,10 +116,12 @@ pub struct KnnStats {
 /// The answer: at most `k` candidates, nearest first.
 #[derive(Debug, Default)]
 pub struct KnnAnswer {
+    /// The nearest rows, nearest first.
     pub candidates: Vec<Candidate>,
     /// Current vectors of candidates found in IVF_FLAT segments (their rows passed the
     /// segment's mask, so these are the rows' values): fetching them needs no Parquet read.
     pub vectors: HashMap<u64, Vec<f32>>,
+    /// What the search did.
     pub stats: KnnStats,
 }
 

@@ -26,7 +26,9 @@ use crate::ledger::ids::{row_address, split_row_address};
 
 /// Reads rows of one snapshot by address, through the cache.
 pub struct RowReader<'a> {
+    /// The table version read.
     pub snapshot: &'a Snapshot,
+    /// The cache holding decoded columns.
     pub cache: &'a IndexCache,
     /// Counts data fragments read.
     pub fragments_read: &'a AtomicUsize,

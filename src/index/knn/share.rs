@@ -55,6 +55,7 @@ pub struct KnnShare {
 }
 
 impl KnnShare {
+    /// Whether the share has nothing to search.
     pub fn is_empty(&self) -> bool {
         self.segments.is_empty() && self.fragments.is_empty()
     }
@@ -64,7 +65,9 @@ impl KnnShare {
 /// segment, rows at offsets `o % of == index` for brute force and the exact paths.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Slice {
+    /// This slice's position, from 0.
     pub index: u32,
+    /// How many slices the split has.
     pub of: u32,
 }
 

@@ -17,15 +17,20 @@ use std::ops::Range;
 /// The two blocks of a partition, in file order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Block {
+    /// The rows' addresses.
     Addrs,
+    /// The rows' payload (vectors or codes).
     Payload,
 }
 
 /// Rows `rows` (ranks within the partition, in row order) of one block of one partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Slice {
+    /// The partition.
     pub partition: usize,
+    /// Which of its blocks.
     pub block: Block,
+    /// Which of its rows.
     pub rows: Range<u64>,
 }
 

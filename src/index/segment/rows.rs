@@ -19,8 +19,11 @@ use crate::format::{FormatError, Result, TableDir};
 /// must have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowAt {
+    /// The partition.
     pub partition: usize,
+    /// The row within it.
     pub row: u32,
+    /// The CRC32C its bytes must have.
     pub crc: u32,
 }
 
