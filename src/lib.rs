@@ -41,7 +41,6 @@ pub mod engine;
 #[allow(missing_docs)]
 pub mod format;
 pub mod index;
-#[allow(missing_docs)]
 pub mod ledger;
 pub mod maintain;
 pub mod rewrite;

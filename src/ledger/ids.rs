@@ -57,16 +57,19 @@ impl fmt::Display for FragmentId {
 pub struct RowAddr(pub u64);
 
 impl RowAddr {
+    /// The address of row `offset` of `fragment`.
     #[inline]
     pub fn new(fragment: FragmentId, offset: u32) -> Self {
         RowAddr(row_address(fragment.0, offset as u64))
     }
 
+    /// Its fragment.
     #[inline]
     pub fn fragment(self) -> FragmentId {
         FragmentId(self.0 >> 32)
     }
 
+    /// Its row within the fragment.
     #[inline]
     pub fn offset(self) -> u32 {
         (self.0 & 0xFFFF_FFFF) as u32

@@ -38,28 +38,44 @@ pub use translate::{LedgerView, LoadedMapping, LoadedTransition, PartitionMap};
 /// Errors of the ledger arithmetic: the ledger (or a file it references) is inconsistent.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
+    /// The ledger as a whole breaks an invariant (transitions out of order, say).
     #[error("reuse ledger is invalid: {0}")]
     Invalid(String),
+    /// One transition is inconsistent (its sources and destinations do not add up).
     #[error("reuse ledger transition {transition}: {reason}")]
-    Transition { transition: u64, reason: String },
+    Transition {
+        /// The transition's version.
+        transition: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A row address a transition maps is outside its fragment.
     #[error(
         "row address {addr:#x} (fragment {fragment}, offset {offset}) is outside its fragment in transition {transition}"
     )]
     OutOfRange {
+        /// The address.
         addr: u64,
+        /// Its fragment.
         fragment: u64,
+        /// Its offset.
         offset: u64,
+        /// The transition's version.
         transition: u64,
     },
+    /// A row map refused an operation.
     #[error(transparent)]
     RowMap(#[from] row_map::RowMapError),
     /// A block of a row-map file failed its checks when it was read.
     #[error("corrupt row map {path}: {source}")]
     RowMapFile {
+        /// The file.
         path: String,
+        /// What its check found.
         #[source]
         source: row_map::RowMapError,
     },
 }
 
+/// The ledger's result.
 pub type Result<T> = std::result::Result<T, LedgerError>;

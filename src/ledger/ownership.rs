@@ -20,17 +20,21 @@ use crate::ledger::ids::split_row_address;
 /// How much of one current fragment a segment owns.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Coverage {
+    /// Every row of the fragment.
     Whole,
+    /// These rows (offsets) of it.
     Rows(RoaringBitmap),
 }
 
 /// A segment's ownership over the current fragments.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SegmentOwnership {
+    /// What it owns of each fragment it owns rows of.
     pub fragments: BTreeMap<u64, Coverage>,
 }
 
 impl SegmentOwnership {
+    /// Whether it owns any row of `fragment`.
     pub fn owns_fragment(&self, fragment: u64) -> bool {
         self.fragments.contains_key(&fragment)
     }

@@ -124,6 +124,7 @@ pub const MAX_BLOCK_ROWS: u32 = 1 << 24;
 /// Labels are u16 and `u16::MAX` is never a label, so at most 65,535 destinations.
 pub const MAX_DESTINATIONS: usize = u16::MAX as usize;
 
+/// A row-map operation's result.
 pub type Result<T> = std::result::Result<T, RowMapError>;
 
 /// Everything that can go wrong building, decoding or using a row map. Messages name the
@@ -131,176 +132,335 @@ pub type Result<T> = std::result::Result<T, RowMapError>;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RowMapError {
     // Parameters.
+    /// Reported as `row map: block_rows is {found}, it must be in 1..={max}`.
     #[error("row map: block_rows is {found}, it must be in 1..={max}")]
-    BlockRows { found: u64, max: u32 },
+    BlockRows {
+        /// What was found.
+        found: u64,
+        /// The largest allowed.
+        max: u32,
+    },
+    /// Reported as `row map: {num_destinations} destinations for {live_rows} live rows; need 1..=65535 (0 only when no row is live)`.
     #[error(
         "row map: {num_destinations} destinations for {live_rows} live rows; \
          need 1..=65535 (0 only when no row is live)"
     )]
     Destinations {
+        /// Destinations of the map.
         num_destinations: usize,
+        /// Live rows of the sources.
         live_rows: u64,
     },
+    /// Reported as `row map: {what} overflows`.
     #[error("row map: {what} overflows")]
-    TooLarge { what: &'static str },
+    TooLarge {
+        /// What was being read or computed.
+        what: &'static str,
+    },
 
     // Writer input.
+    /// Reported as `row map writer: source {source_index} lists deleted offset {offset}, but has only {physical_rows} physical rows`.
     #[error(
         "row map writer: source {source_index} lists deleted offset {offset}, \
          but has only {physical_rows} physical rows"
     )]
     DeletedOffsetOutOfRange {
+        /// The source fragment, by position.
         source_index: usize,
+        /// The offset.
         offset: u32,
+        /// Physical rows of the source.
         physical_rows: u64,
     },
+    /// Reported as `row map writer: source {source_index} deleted offsets must strictly increase, but entry {index} is {offset} after {previous}`.
     #[error(
         "row map writer: source {source_index} deleted offsets must strictly increase, \
          but entry {index} is {offset} after {previous}"
     )]
     DeletedOffsetsUnsorted {
+        /// The source fragment, by position.
         source_index: usize,
+        /// Position in the list.
         index: usize,
+        /// The value before it.
         previous: u32,
+        /// The offset.
         offset: u32,
     },
+    /// Reported as `row map writer: label {label} of live row {live_row} is not below num_destinations = {num_destinations}`.
     #[error(
         "row map writer: label {label} of live row {live_row} is not below \
          num_destinations = {num_destinations}"
     )]
     LabelOutOfRange {
+        /// The label.
         label: u16,
+        /// The live row, in order.
         live_row: u64,
+        /// Destinations of the map.
         num_destinations: usize,
     },
+    /// Reported as `row map writer: more labels than the sources' {live_rows} live rows`.
     #[error("row map writer: more labels than the sources' {live_rows} live rows")]
-    TooManyLabels { live_rows: u64 },
+    TooManyLabels {
+        /// Live rows of the sources.
+        live_rows: u64,
+    },
+    /// Reported as `row map writer: finished after {pushed} labels, but the sources have {live_rows} live rows`.
     #[error(
         "row map writer: finished after {pushed} labels, but the sources have {live_rows} live rows"
     )]
-    TooFewLabels { pushed: u64, live_rows: u64 },
+    TooFewLabels {
+        /// Labels pushed.
+        pushed: u64,
+        /// Live rows of the sources.
+        live_rows: u64,
+    },
+    /// Reported as `row map writer: destination {destination} would receive more than u32::MAX rows`.
     #[error("row map writer: destination {destination} would receive more than u32::MAX rows")]
-    DestinationOverflow { destination: u16 },
+    DestinationOverflow {
+        /// The destination.
+        destination: u16,
+    },
+    /// Reported as `row map writer: expected totals list {found} destinations, the map has {expected}`.
     #[error("row map writer: expected totals list {found} destinations, the map has {expected}")]
-    ExpectedTotalsLen { expected: usize, found: usize },
+    ExpectedTotalsLen {
+        /// What was expected.
+        expected: usize,
+        /// What was found.
+        found: usize,
+    },
+    /// Reported as `row map writer: destination {destination} received {found} rows, expected {expected}`.
     #[error("row map writer: destination {destination} received {found} rows, expected {expected}")]
     DestinationTotal {
+        /// The destination.
         destination: usize,
+        /// What was expected.
         expected: u64,
+        /// What was found.
         found: u64,
     },
 
     // Decoding.
+    /// Reported as `row map {what}: bad magic {found:02x?}, expected "FVRM"`.
     #[error("row map {what}: bad magic {found:02x?}, expected \"FVRM\"")]
-    BadMagic { what: &'static str, found: [u8; 4] },
+    BadMagic {
+        /// What was being read or computed.
+        what: &'static str,
+        /// What was found.
+        found: [u8; 4],
+    },
+    /// Reported as `row map: format version {found} is not supported (this reader knows versions 1 to {supported})`.
     #[error(
         "row map: format version {found} is not supported (this reader knows versions 1 to {supported})"
     )]
-    UnsupportedVersion { found: u16, supported: u16 },
+    UnsupportedVersion {
+        /// What was found.
+        found: u16,
+        /// The newest this reader knows.
+        supported: u16,
+    },
+    /// Reported as `row map: representation tag {found} is unknown (this reader knows tag {supported}, blocked labels)`.
     #[error(
         "row map: representation tag {found} is unknown (this reader knows tag {supported}, \
          blocked labels)"
     )]
-    UnknownRepresentation { found: u16, supported: u16 },
+    UnknownRepresentation {
+        /// What was found.
+        found: u16,
+        /// The newest this reader knows.
+        supported: u16,
+    },
+    /// Reported as `row map {what}: needs {needed} bytes, only {available} available`.
     #[error("row map {what}: needs {needed} bytes, only {available} available")]
     Truncated {
+        /// What was being read or computed.
         what: String,
+        /// Bytes needed.
         needed: u64,
+        /// Bytes available.
         available: u64,
     },
+    /// Reported as `row map footer: checksum {found:#010x} does not match the stored {expected:#010x}`.
     #[error("row map footer: checksum {found:#010x} does not match the stored {expected:#010x}")]
-    FooterChecksum { expected: u32, found: u32 },
+    FooterChecksum {
+        /// What was expected.
+        expected: u32,
+        /// What was found.
+        found: u32,
+    },
+    /// Reported as `row map block {block}: checksum {found:#010x} does not match the stored {expected:#010x}`.
     #[error(
         "row map block {block}: checksum {found:#010x} does not match the stored {expected:#010x}"
     )]
     BlockChecksum {
+        /// The block.
         block: usize,
+        /// What was expected.
         expected: u32,
+        /// What was found.
         found: u32,
     },
+    /// Reported as `row map footer: {0}`.
     #[error("row map footer: {0}")]
     Corrupt(String),
+    /// Reported as `row map counts: destination {destination} goes from {previous} to {found} at block {block}; cumulative counts must not decrease`.
     #[error(
         "row map counts: destination {destination} goes from {previous} to {found} at block \
          {block}; cumulative counts must not decrease"
     )]
     CountsNotMonotone {
+        /// The block.
         block: usize,
+        /// The destination.
         destination: usize,
+        /// The value before it.
         previous: u32,
+        /// What was found.
         found: u32,
     },
+    /// Reported as `row map counts: block {block} has {live} live rows but only {block_len} rows`.
     #[error("row map counts: block {block} has {live} live rows but only {block_len} rows")]
     BlockOverBudget {
+        /// The block.
         block: usize,
+        /// Live rows the counts give it.
         live: u64,
+        /// Rows in the block.
         block_len: u32,
     },
+    /// Reported as `row map counts: destination {destination} totals {total} rows, but its cumulative counts end at {last}`.
     #[error(
         "row map counts: destination {destination} totals {total} rows, \
          but its cumulative counts end at {last}"
     )]
     TotalsDisagree {
+        /// The destination.
         destination: usize,
+        /// The destination's total.
         total: u32,
+        /// Where its cumulative counts end.
         last: u32,
     },
+    /// Reported as `row map block {block}: {what}: expected {expected}, found {found}`.
     #[error("row map block {block}: {what}: expected {expected}, found {found}")]
     BlockMismatch {
+        /// The block.
         block: usize,
+        /// What was being read or computed.
         what: &'static str,
+        /// What was expected.
         expected: u64,
+        /// What was found.
         found: u64,
     },
+    /// Reported as `row map block {block}: label {label} appears {found} times, the counts say {expected}`.
     #[error(
         "row map block {block}: label {label} appears {found} times, the counts say {expected}"
     )]
     BlockLabelCount {
+        /// The block.
         block: usize,
+        /// The label.
         label: u16,
+        /// What was expected.
         expected: u32,
+        /// What was found.
         found: u32,
     },
+    /// Reported as `row map block {block}: unknown encoding flags {flags:#04x}`.
     #[error("row map block {block}: unknown encoding flags {flags:#04x}")]
-    UnknownBlockEncoding { block: usize, flags: u8 },
+    UnknownBlockEncoding {
+        /// The block.
+        block: usize,
+        /// The encoding flags.
+        flags: u8,
+    },
+    /// Reported as `row map block {block}: {reason}`.
     #[error("row map block {block}: {reason}")]
-    CorruptBlock { block: usize, reason: String },
+    CorruptBlock {
+        /// The block.
+        block: usize,
+        /// What is wrong.
+        reason: String,
+    },
 
     // Lookups.
+    /// Reported as `row map: block {block} does not exist ({num_blocks} blocks)`.
     #[error("row map: block {block} does not exist ({num_blocks} blocks)")]
-    BlockOutOfRange { block: usize, num_blocks: usize },
+    BlockOutOfRange {
+        /// The block.
+        block: usize,
+        /// Blocks in the map.
+        num_blocks: usize,
+    },
+    /// Reported as `row map: row {row} is outside the {total_rows} source rows`.
     #[error("row map: row {row} is outside the {total_rows} source rows")]
-    RowOutOfRange { row: u64, total_rows: u64 },
+    RowOutOfRange {
+        /// The row.
+        row: u64,
+        /// Source rows of the map.
+        total_rows: u64,
+    },
+    /// Reported as `row map: position {pos} is outside block {block} of {len} rows`.
     #[error("row map: position {pos} is outside block {block} of {len} rows")]
-    PositionOutOfRange { block: usize, pos: u32, len: u32 },
+    PositionOutOfRange {
+        /// The block.
+        block: usize,
+        /// The position.
+        pos: u32,
+        /// Rows in the block.
+        len: u32,
+    },
+    /// Reported as `row map block {block}: label {label} has no base count ({num_destinations} destinations)`.
     #[error(
         "row map block {block}: label {label} has no base count ({num_destinations} destinations)"
     )]
     LabelWithoutBase {
+        /// The block.
         block: usize,
+        /// The label.
         label: u16,
+        /// Destinations of the map.
         num_destinations: usize,
     },
+    /// Reported as `row map: rows must be sorted, but row {row} at index {index} follows {previous}`.
     #[error("row map: rows must be sorted, but row {row} at index {index} follows {previous}")]
     UnsortedRows {
+        /// Position in the list.
         index: usize,
+        /// The value before it.
         previous: u64,
+        /// The row.
         row: u64,
     },
+    /// Reported as `row map: block {block} is needed but was not supplied`.
     #[error("row map: block {block} is needed but was not supplied")]
-    MissingBlock { block: usize },
+    MissingBlock {
+        /// The block.
+        block: usize,
+    },
+    /// Reported as `row map sweep: expected block {expected_block} ({expected_len} rows), got block {found_block} ({found_len} rows)`.
     #[error(
         "row map sweep: expected block {expected_block} ({expected_len} rows), \
          got block {found_block} ({found_len} rows)"
     )]
     SweepOrder {
+        /// The block expected next.
         expected_block: usize,
+        /// Its rows.
         expected_len: u32,
+        /// The block given.
         found_block: usize,
+        /// Its rows.
         found_len: u32,
     },
+    /// Reported as `row map sweep: all {total_rows} rows were already emitted`.
     #[error("row map sweep: all {total_rows} rows were already emitted")]
-    SweepFinished { total_rows: u64 },
+    SweepFinished {
+        /// Source rows of the map.
+        total_rows: u64,
+    },
 }
 
 /// Cumulative per-destination row counts at every block boundary.
@@ -470,10 +630,12 @@ impl CountsMatrix {
         Ok(())
     }
 
+    /// Destinations rows are mapped to.
     pub fn num_destinations(&self) -> usize {
         self.num_destinations
     }
 
+    /// Rows per block (the last block may have fewer).
     pub fn block_rows(&self) -> u32 {
         self.block_rows
     }
@@ -483,6 +645,7 @@ impl CountsMatrix {
         self.total_rows
     }
 
+    /// How many blocks.
     pub fn num_blocks(&self) -> usize {
         self.num_blocks
     }

@@ -9,13 +9,16 @@ use super::{LedgerError, Result};
 /// A fragment as a rewrite saw it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct FragmentDigest {
+    /// The fragment's id.
     pub id: u64,
+    /// Rows in its data files, deleted ones included.
     pub physical_rows: u64,
     /// Rows already deleted when the rewrite read the fragment (they do not move).
     pub deleted_rows: u64,
 }
 
 impl FragmentDigest {
+    /// Rows not deleted (the ones that move).
     pub fn live_rows(&self) -> u64 {
         self.physical_rows - self.deleted_rows
     }
@@ -34,15 +37,23 @@ pub enum Mapping {
     /// `removed_crc32c[i]` is that file's CRC32C when the source's manifest entry recorded
     /// one (empty for transitions written before checksums; such files are read unverified).
     OrderedCompaction {
+        /// Per source, its deletion file as the rewrite read it.
         removed: Vec<Option<String>>,
+        /// Per source, that file's CRC32C (empty: not recorded).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         removed_crc32c: Vec<Option<u32>>,
     },
     /// A stable partition: one label per physical source row in a row-map file.
-    StablePartition { row_map: String, size_bytes: u64 },
+    StablePartition {
+        /// The row-map file.
+        row_map: String,
+        /// Its size in bytes.
+        size_bytes: u64,
+    },
 }
 
 impl Mapping {
+    /// Its kind as the manifest names it (one of [`KNOWN_MAPPINGS`]).
     pub fn kind(&self) -> &'static str {
         match self {
             Mapping::OrderedCompaction { .. } => "ordered_compaction",
@@ -70,8 +81,11 @@ pub struct Transition {
     pub source_version: u64,
     /// The version that installed it.
     pub committed_version: u64,
+    /// The fragments rewritten, in logical order.
     pub sources: Vec<FragmentDigest>,
+    /// The fragments written, in logical order.
     pub destinations: Vec<FragmentDigest>,
+    /// How the sources' rows went to the destinations.
     pub mapping: Mapping,
 }
 

@@ -23,13 +23,18 @@ pub trait PartitionMap: Send + Sync + Debug {
 /// A transition with what its mapping needs in memory.
 #[derive(Debug)]
 pub enum LoadedMapping {
+    /// An ordered compaction's remap (rows keep their order).
     Ordered(OrderedRemap),
+    /// A stable partition's labels, read from its row-map file.
     Partition(Arc<dyn PartitionMap>),
 }
 
+/// A transition and its mapping, ready to translate rows.
 #[derive(Debug)]
 pub struct LoadedTransition {
+    /// The transition.
     pub transition: Transition,
+    /// Its mapping, loaded.
     pub mapping: LoadedMapping,
 }
 
@@ -46,6 +51,7 @@ pub struct LedgerView {
 }
 
 impl LedgerView {
+    /// The view of `loaded` (in any order: it is put in lineage order and validated).
     pub fn new(loaded: Vec<LoadedTransition>) -> Result<Self> {
         let plain: Vec<Transition> = loaded.iter().map(|l| l.transition.clone()).collect();
         let order = validate(&plain)?;
@@ -77,6 +83,7 @@ impl LedgerView {
         })
     }
 
+    /// Whether the ledger has no transition.
     pub fn is_empty(&self) -> bool {
         self.transitions.is_empty()
     }

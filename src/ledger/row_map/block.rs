@@ -76,10 +76,12 @@ impl BlockLabels {
         self.len
     }
 
+    /// Whether it has no row.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// Rows of it deleted before the rewrite (they carry no label).
     pub fn num_deleted(&self) -> u32 {
         self.num_deleted
     }
@@ -473,7 +475,9 @@ fn sweep_rows(
 /// A run of sorted row numbers that fall in one block: `rows[range]` of the batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlockRun {
+    /// The block.
     pub block: usize,
+    /// Which rows of the batch fall in it.
     pub range: Range<usize>,
 }
 

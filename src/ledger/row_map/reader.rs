@@ -180,22 +180,27 @@ impl RowMapFooter {
         })
     }
 
+    /// The cumulative counts per block and destination.
     pub fn counts(&self) -> &CountsMatrix {
         &self.counts
     }
 
+    /// How many blocks.
     pub fn num_blocks(&self) -> usize {
         self.counts.num_blocks()
     }
 
+    /// Destinations rows are mapped to.
     pub fn num_destinations(&self) -> usize {
         self.counts.num_destinations()
     }
 
+    /// Physical source rows, deleted ones included.
     pub fn total_rows(&self) -> u64 {
         self.counts.total_rows()
     }
 
+    /// Rows per block (the last block may have fewer).
     pub fn block_rows(&self) -> u32 {
         self.counts.block_rows()
     }
@@ -205,6 +210,7 @@ impl RowMapFooter {
         self.counts.totals()
     }
 
+    /// The file's length in bytes.
     pub fn file_len(&self) -> u64 {
         self.file_len
     }
