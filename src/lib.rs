@@ -30,15 +30,13 @@
 //! * [`ledger`]: the ground floor, no IO: the id types every layer shares, the reuse
 //!   ledger's transitions, lineage order and validation, translation, ordered remaps and the
 //!   row-map arithmetic and codec.
-// Every public item is documented: the crate's rustdoc is the embedder's reference. The
-// modules marked below are still being documented and are exempt until they are.
+// Every public item is documented: the crate's rustdoc is the embedder's reference.
 #![warn(missing_docs)]
 
 pub mod cli;
 #[cfg(feature = "distributed")]
 pub mod distributed;
 pub mod engine;
-#[allow(missing_docs)]
 pub mod format;
 pub mod index;
 pub mod ledger;

@@ -48,7 +48,9 @@ pub struct RowChanges {
     /// Addresses of updated rows, their row ids, and their new values (table schema, in the
     /// same order, across the batches).
     pub updated_addrs: Vec<u64>,
+    /// ... their row ids...
     pub updated_ids: Vec<u64>,
+    /// ... and their new values.
     pub updated_rows: Vec<RecordBatch>,
     /// New rows (table schema).
     pub inserted_rows: Vec<RecordBatch>,

@@ -30,9 +30,13 @@ pub const MAX_STRING_BYTES: usize = 64;
 pub enum StatValue {
     /// Signed integers, dates (days) and timestamps (the column's unit).
     Int(i64),
+    /// Unsigned integers.
     UInt(u64),
+    /// A float.
     Float(f64),
+    /// A string (at most [`MAX_STRING_BYTES`]).
     Text(String),
+    /// A boolean.
     Bool(bool),
 }
 
@@ -43,12 +47,15 @@ impl Eq for StatValue {}
 /// A column's range in one data file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ColumnStats {
+    /// The column.
     pub column: String,
     /// `None` when every value is NULL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min: Option<StatValue>,
+    /// The largest value; `None` when every value is NULL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<StatValue>,
+    /// NULLs in the file.
     pub nulls: u64,
 }
 

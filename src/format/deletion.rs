@@ -25,6 +25,7 @@ pub struct DeletionCache {
 }
 
 impl DeletionCache {
+    /// The deletion vector of file `key`, if held.
     pub fn get(&self, key: &str) -> Option<Arc<RoaringBitmap>> {
         self.state
             .lock()
@@ -34,6 +35,7 @@ impl DeletionCache {
             .cloned()
     }
 
+    /// Holds `deleted` as the deletion vector of file `key`.
     pub fn insert(&self, key: String, deleted: Arc<RoaringBitmap>) {
         let size = deleted.serialized_size();
         let mut state = self.state.lock().expect("deletion cache");
@@ -50,6 +52,7 @@ impl DeletionCache {
 const MAGIC: &[u8; 8] = b"FVDELV01";
 const HEADER_LEN: usize = 8 + 8 + 8;
 
+/// The deletion file's bytes for `deleted` rows of a fragment of `physical_rows` rows.
 pub fn encode(fragment_id: u64, physical_rows: u64, deleted: &RoaringBitmap) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + deleted.serialized_size());
     out.extend_from_slice(MAGIC);

@@ -13,12 +13,21 @@ use std::fmt;
 /// `Arrow`, `StorageType`).
 #[derive(Debug, thiserror::Error)]
 pub enum FormatError {
+    /// A table that does not exist.
     #[error("table '{0}' does not exist")]
     NotFound(String),
+    /// `CREATE TABLE` of a table that exists.
     #[error("table '{0}' already exists")]
     AlreadyExists(String),
+    /// `VERSION AS OF` a version the table does not have (or no longer keeps).
     #[error("version {version} of table '{table}' does not exist")]
-    VersionNotFound { table: String, version: u64 },
+    VersionNotFound {
+        /// The table.
+        table: String,
+        /// The version asked for.
+        version: u64,
+    },
+    /// Input the format refuses (the caller's; the message says what).
     #[error("invalid input: {0}")]
     InvalidInput(String),
     /// Another writer committed something this transaction cannot be rebased over
@@ -26,8 +35,11 @@ pub enum FormatError {
     /// and try again. `reason` says which rule of [`crate::format::commit::conflict`] failed.
     #[error("commit conflict on table '{table}' at version {version}: {reason} (retryable)")]
     Conflict {
+        /// The table.
         table: String,
+        /// The latest version the commit saw.
         version: u64,
+        /// Which rule failed.
         #[source]
         reason: crate::format::commit::reason::Conflict,
     },
@@ -39,29 +51,54 @@ pub enum FormatError {
          If-None-Match: *, supported by AWS S3, MinIO and Cloudflare R2; do not set \
          AWS_CONDITIONAL_PUT=disabled)"
     )]
-    NoPutIfAbsent { location: String, reason: String },
+    NoPutIfAbsent {
+        /// The database.
+        location: String,
+        /// Why.
+        reason: String,
+    },
+    /// A file that fails its checksum or does not decode.
     #[error("corrupt file {path}: {reason}")]
-    Corrupt { path: String, reason: String },
+    Corrupt {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// A table written with a feature this fragvec does not know (a newer writer's).
     #[error(
         "table '{table}' needs feature '{flag}', which this version of fragvec does not support"
     )]
-    UnknownFeature { table: String, flag: String },
+    UnknownFeature {
+        /// The table.
+        table: String,
+        /// The feature flag.
+        flag: String,
+    },
+    /// The object store failed an operation.
     #[error("object store error at {path}: {source}")]
     ObjectStore {
+        /// The object.
         path: String,
+        /// The store's error.
         #[source]
         source: object_store::Error,
     },
+    /// A Parquet file could not be read or written.
     #[error("parquet error in {path}: {source}")]
     Parquet {
+        /// The file.
         path: String,
+        /// Parquet's error.
         #[source]
         source: datafusion::parquet::errors::ParquetError,
     },
     /// A local file operation outside object_store (VACUUM's temporary-file sweep).
     #[error("file system error at {path}: {source}")]
     Io {
+        /// The file.
         path: String,
+        /// The system's error.
         #[source]
         source: std::io::Error,
     },
@@ -71,21 +108,29 @@ pub enum FormatError {
     /// cannot store at all (a union).
     #[error("column '{column}' of type {data_type}: {reason}")]
     StorageType {
+        /// The column.
         column: String,
+        /// Its declared type.
         data_type: String,
+        /// What went wrong.
         reason: String,
     },
+    /// An Arrow kernel failed.
     #[error("arrow error: {0}")]
     Arrow(#[from] datafusion::arrow::error::ArrowError),
+    /// The table's reuse ledger is inconsistent.
     #[error("table '{table}': {source}")]
     Ledger {
+        /// The table.
         table: String,
+        /// What the ledger refused.
         #[source]
         source: crate::ledger::LedgerError,
     },
 }
 
 impl FormatError {
+    /// Whether the statement may run again and succeed (a commit conflict).
     pub fn is_retryable(&self) -> bool {
         matches!(self, FormatError::Conflict { .. })
     }
@@ -127,4 +172,5 @@ impl FormatError {
     }
 }
 
+/// The format layer's result.
 pub type Result<T, E = FormatError> = std::result::Result<T, E>;

@@ -16,12 +16,16 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Metric {
+    /// Euclidean distance.
     L2,
+    /// Cosine distance (1 − cosine similarity).
     Cosine,
+    /// The dot product, larger nearer (ordered by its negative).
     Dot,
 }
 
 impl Metric {
+    /// The metric named `s` (`l2` / `euclidean`, `cosine`, `dot` / `inner_product`, any case).
     pub fn parse(s: &str) -> Option<Self> {
         match s.to_ascii_lowercase().as_str() {
             "l2" | "euclidean" => Some(Metric::L2),
@@ -31,6 +35,7 @@ impl Metric {
         }
     }
 
+    /// Its name as the manifest records it.
     pub fn as_str(self) -> &'static str {
         match self {
             Metric::L2 => "l2",
@@ -40,11 +45,15 @@ impl Metric {
     }
 }
 
+/// An index's type.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum IndexKind {
+    /// Each partition holds its rows' floats.
     IvfFlat,
+    /// Each partition holds its rows' product-quantized codes.
     IvfPq {
+        /// Sub-vectors per vector (one byte of code each).
         num_sub_vectors: u32,
     },
     /// Scalar codes and bound terms only: rows are re-ranked from the table's own floats.
@@ -52,6 +61,7 @@ pub enum IndexKind {
 }
 
 impl IndexKind {
+    /// Its SQL name (`USING IVF_FLAT`).
     pub fn name(&self) -> &'static str {
         match self {
             IndexKind::IvfFlat => "IVF_FLAT",
@@ -61,28 +71,41 @@ impl IndexKind {
     }
 }
 
+/// A vector index as the manifest records it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct IndexDef {
+    /// Its name (unique in the table).
     pub name: String,
+    /// The vector column it indexes.
     pub column: String,
+    /// Its type.
     pub kind: IndexKind,
+    /// The distance it orders by.
     pub metric: Metric,
+    /// IVF partitions of its model.
     pub num_partitions: u32,
     /// The trained model (centroids, PQ codebooks) shared by every segment; relative path.
     pub model_file: String,
+    /// The model file's size in bytes.
     pub model_size_bytes: u64,
+    /// The version that created it (or last retrained it).
     pub created_at_version: u64,
 }
 
+/// One segment file of an index, as the manifest records it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct IndexSegment {
+    /// Its id (unique in the table).
     pub id: u64,
+    /// The index it belongs to.
     pub index: String,
     /// Relative path of the segment file.
     pub file: String,
+    /// Its size in bytes.
     pub size_bytes: u64,
     /// Rows the file holds.
     pub rows: u64,
+    /// The version whose rows it was built from.
     pub built_at_version: u64,
     /// Fragments whose rows the file physically holds.
     pub fragment_bitmap: BTreeSet<u64>,

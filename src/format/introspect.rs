@@ -17,9 +17,13 @@ use super::store::TableDir;
 /// A view of a table's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TableView {
+    /// `fragvec_fragments('t')`: one row per fragment.
     Fragments,
+    /// `fragvec_versions('t')`: one row per version kept.
     Versions,
+    /// `fragvec_segments('t')`: one row per index segment.
     Segments,
+    /// `fragvec_ledger('t')`: one row per reuse-ledger transition.
     Ledger,
 }
 

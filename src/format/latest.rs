@@ -34,6 +34,7 @@ use object_store::ObjectMeta;
 /// The newest version of one table, as far as this handle knows.
 #[derive(Clone, Debug)]
 pub struct Known {
+    /// The version.
     pub version: u64,
     /// The metadata of that version's manifest when a check returned it (its identity keys
     /// the decoded-manifest cache, so a fresh entry also saves the HEAD that would confirm
@@ -59,6 +60,7 @@ pub struct KnownVersions {
 }
 
 impl KnownVersions {
+    /// Versions known, each trusted for `interval` after it was checked.
     pub fn new(interval: Duration) -> Self {
         let known = Self::default();
         known.set_interval(interval);
@@ -70,6 +72,7 @@ impl KnownVersions {
         Duration::from_millis(self.interval_ms.load(Ordering::Relaxed))
     }
 
+    /// How long a checked version is trusted from now on.
     pub fn set_interval(&self, interval: Duration) {
         let ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
         self.interval_ms.store(ms, Ordering::Relaxed);

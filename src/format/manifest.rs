@@ -51,6 +51,8 @@ pub const KNOWN_WRITER_FEATURES: &[&str] = &[
     feature::CHECKSUMS,
 ];
 
+/// The compatibility flags a manifest lists in `reader_features` / `writer_features`: a
+/// fragvec that does not know one a table needs refuses to read (or write) it.
 pub mod feature {
     /// Fragments carry row-id sequences; `_rowid` is stable across updates and moves.
     pub const STABLE_ROW_IDS: &str = "stable_row_ids";
@@ -83,18 +85,23 @@ pub const ROW_ADDR: &str = "_rowaddr";
 /// Name of the virtual column holding a row's id (stable id, or the address without them).
 pub const ROW_ID: &str = "_rowid";
 
+/// A table column as the manifest records it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ColumnDef {
+    /// Its name.
     pub name: String,
     /// Arrow's display form of the type, e.g. `Int64` or `FixedSizeList(128 x Float32)`.
     pub data_type: String,
+    /// Whether it may hold NULL.
     pub nullable: bool,
 }
 
 /// Options fixed when the table is created.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TableProperties {
+    /// Whether fragments carry stable row ids (`_rowid` survives updates and moves).
     pub stable_row_ids: bool,
+    /// Largest fragment a write makes (rows).
     pub max_rows_per_fragment: u64,
     /// `CLUSTER BY` key (SQL expressions) a plain `RECLUSTER t` uses.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -120,7 +127,9 @@ fn is_default_policy(p: &MaintenancePolicy) -> bool {
 /// One `PRIMARY KEY (columns)` or `UNIQUE (columns)` constraint.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyConstraint {
+    /// A `PRIMARY KEY` (else `UNIQUE`).
     pub primary_key: bool,
+    /// Its columns.
     pub columns: Vec<String>,
 }
 
@@ -145,7 +154,9 @@ impl Default for TableProperties {
 pub struct DataFile {
     /// Relative to the table root.
     pub path: String,
+    /// The columns it holds (of the table's, by name).
     pub columns: Vec<String>,
+    /// Its size in bytes.
     pub size_bytes: u64,
     /// Where the file's Parquet footer starts and its CRC32C; the footer holds a CRC32C of
     /// every page (see [`super::integrity`]). Absent for files written before checksums
@@ -162,7 +173,9 @@ pub struct DataFile {
 /// table, trailer): bytes `offset..size_bytes`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FooterChecksum {
+    /// Where the footer starts.
     pub offset: u64,
+    /// The CRC32C of bytes `offset..size_bytes`.
     pub crc32c: u32,
 }
 
@@ -171,6 +184,7 @@ pub struct FooterChecksum {
 pub struct DeletionFile {
     /// Relative to the table root.
     pub path: String,
+    /// Rows it marks deleted.
     pub deleted_rows: u64,
     /// The table version whose deletions this file extends (the commit's read version).
     pub read_version: u64,
@@ -180,11 +194,16 @@ pub struct DeletionFile {
     pub crc32c: Option<u32>,
 }
 
+/// A run of rows written together: data files holding its columns, and its deletions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Fragment {
+    /// Its id (unique in the table, never reused).
     pub id: u64,
+    /// Its data files.
     pub files: Vec<DataFile>,
+    /// Rows in its files, deleted ones included.
     pub physical_rows: u64,
+    /// Its deletion vector, if any row is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion: Option<DeletionFile>,
     /// Present exactly when the table has stable row ids.
@@ -193,10 +212,12 @@ pub struct Fragment {
 }
 
 impl Fragment {
+    /// Rows its deletion vector marks.
     pub fn deleted_rows(&self) -> u64 {
         self.deletion.as_ref().map_or(0, |d| d.deleted_rows)
     }
 
+    /// Rows not deleted.
     pub fn live_rows(&self) -> u64 {
         self.physical_rows - self.deleted_rows()
     }
@@ -213,21 +234,34 @@ impl Fragment {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Operation {
+    /// `CREATE TABLE`.
     Create,
+    /// `INSERT` (and COPY, ingest).
     Append,
+    /// `DELETE`.
     Delete,
+    /// `UPDATE`.
     Update,
+    /// `MERGE`.
     Merge,
+    /// `CREATE VECTOR INDEX`.
     CreateIndex,
+    /// `DROP INDEX`.
     DropIndex,
+    /// `OPTIMIZE INDEX`.
     OptimizeIndex,
+    /// `COMPACT`.
     Compact,
+    /// `RECLUSTER`.
     Recluster,
+    /// `VACUUM`.
     Vacuum,
+    /// `ALTER TABLE`.
     AlterTable,
 }
 
 impl Operation {
+    /// Its statement's name (`INSERT`, `COMPACT`, ...).
     pub fn as_str(&self) -> &'static str {
         match self {
             Operation::Create => "CREATE",
@@ -246,26 +280,37 @@ impl Operation {
     }
 }
 
+/// What committed a version.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TransactionRecord {
+    /// The statement's kind.
     pub operation: Operation,
     /// The version the transaction read (and rebased from, if it lost a race).
     pub read_version: u64,
+    /// When it committed, in milliseconds since the Unix epoch.
     pub timestamp_ms: i64,
     /// Random tag of the transaction, to tell two commits apart in logs.
     pub tag: String,
 }
 
+/// One version of a table: its schema, options, fragments, indexes and reuse ledger.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
+    /// [`MANIFEST_MAGIC`]: what this file is.
     pub magic: String,
+    /// The format version it was written in.
     pub format_version: u32,
+    /// The table version it describes.
     pub version: u64,
+    /// The table's columns.
     pub columns: Vec<ColumnDef>,
+    /// Options fixed when the table was created.
     pub properties: TableProperties,
     /// In logical (scan) order. See the module docs.
     pub fragments: Vec<Fragment>,
+    /// The id the next new fragment gets.
     pub next_fragment_id: u64,
+    /// The id the next new row gets (with stable row ids).
     pub next_row_id: u64,
     /// Vector indexes (definitions and shared models); see [`super::index_meta`].
     #[serde(default)]
@@ -273,16 +318,21 @@ pub struct Manifest {
     /// Segments of those indexes, oldest first.
     #[serde(default)]
     pub index_segments: Vec<IndexSegment>,
+    /// The id the next new segment gets.
     #[serde(default)]
     pub next_segment_id: u64,
     /// Fragment-reuse ledger: how rewrites moved rows (see [`crate::ledger`]), in commit
     /// order. Translation order is derived from lineage, not from this order.
     #[serde(default)]
     pub reuse_ledger: Vec<Transition>,
+    /// The id the next ledger transition gets.
     #[serde(default)]
     pub next_transition_id: u64,
+    /// Features a reader must know to read the table (see [`feature`]).
     pub reader_features: BTreeSet<String>,
+    /// Features a writer must know to write it.
     pub writer_features: BTreeSet<String>,
+    /// What committed this version.
     pub transaction: TransactionRecord,
 }
 
@@ -331,6 +381,7 @@ impl Manifest {
         Ok(manifest)
     }
 
+    /// The table's Arrow schema.
     pub fn arrow_schema(&self) -> Result<SchemaRef> {
         let fields = self
             .columns
@@ -345,10 +396,12 @@ impl Manifest {
         Ok(Arc::new(Schema::new(fields)))
     }
 
+    /// Rows not deleted, over all fragments.
     pub fn live_rows(&self) -> u64 {
         self.fragments.iter().map(Fragment::live_rows).sum()
     }
 
+    /// The fragment with id `id`.
     pub fn fragment(&self, id: u64) -> Option<&Fragment> {
         self.fragments.iter().find(|f| f.id == id)
     }
@@ -527,10 +580,12 @@ impl Manifest {
 }
 
 impl Manifest {
+    /// The index named `name`.
     pub fn index(&self, name: &str) -> Option<&IndexDef> {
         self.indexes.iter().find(|i| i.name == name)
     }
 
+    /// The segments of index `name`, oldest first.
     pub fn segments_of<'a>(
         &'a self,
         index: &'a str,
@@ -661,6 +716,7 @@ fn check_relative_path(path: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// Milliseconds since the Unix epoch, now.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -43,12 +43,19 @@ pub struct RoundTrips {
     pub gets: u64,
     /// GETs of one byte range.
     pub range_gets: u64,
+    /// HEADs.
     pub heads: u64,
+    /// PUTs.
     pub puts: u64,
+    /// LISTs.
     pub lists: u64,
+    /// DELETEs.
     pub deletes: u64,
+    /// COPYs.
     pub copies: u64,
+    /// Bytes received.
     pub bytes_read: u64,
+    /// Bytes sent.
     pub bytes_written: u64,
 }
 
@@ -154,6 +161,7 @@ pub struct MeteredStore {
 }
 
 impl MeteredStore {
+    /// `inner`, counted.
     pub fn new(inner: Arc<dyn ObjectStore>) -> Self {
         Self {
             inner,

@@ -51,11 +51,17 @@ pub struct MaintenancePolicy {
 
 /// Defaults of [`MaintenancePolicy`].
 pub mod defaults {
+    /// `auto_index_rows`.
     pub const INDEX_ROWS: u64 = 50_000;
+    /// `auto_index_age_seconds`.
     pub const INDEX_AGE_SECONDS: u64 = 300;
+    /// `auto_merge_segments`.
     pub const MERGE_SEGMENTS: u64 = 8;
+    /// `auto_compact_small_fragments`.
     pub const COMPACT_SMALL_FRAGMENTS: u64 = 16;
+    /// `auto_vacuum_grace_seconds`.
     pub const VACUUM_GRACE_SECONDS: u64 = 15 * 60;
+    /// `auto_step_bytes` (1 GiB).
     pub const STEP_BYTES: u64 = 1 << 30;
 }
 
@@ -275,7 +281,9 @@ impl MaintenancePolicy {
 /// One `SET (name = value)` (`value: Some`) or `RESET (name)` (`None`) of a transaction.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyChange {
+    /// The property.
     pub name: String,
+    /// Its new value; `None`: back to its default.
     pub value: Option<String>,
 }
 

@@ -10,15 +10,20 @@ use serde::{Deserialize, Serialize};
 /// Runs shorter than this are cheaper stored as plain ids than as their own range segment.
 const MIN_RUN: usize = 4;
 
+/// A run of a fragment's row ids.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RowIdSegment {
     /// `start..end`, end exclusive.
     Range {
+        /// The first id.
         start: u64,
+        /// One past the last.
         end: u64,
     },
+    /// Ids listed one by one.
     Ids {
+        /// The ids.
         ids: Vec<u64>,
     },
 }
@@ -39,6 +44,7 @@ pub struct RowIdSequence {
 }
 
 impl RowIdSequence {
+    /// `len` consecutive ids from `start`.
     pub fn from_range(start: u64, len: u64) -> Self {
         if len == 0 {
             return Self::default();
@@ -83,18 +89,22 @@ impl RowIdSequence {
         seq
     }
 
+    /// How many ids.
     pub fn len(&self) -> u64 {
         self.segments.iter().map(RowIdSegment::len).sum()
     }
 
+    /// Whether it has none.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// Its runs.
     pub fn segments(&self) -> &[RowIdSegment] {
         &self.segments
     }
 
+    /// The ids, in row order.
     pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
         self.segments
             .iter()
@@ -133,6 +143,7 @@ impl RowIdSequence {
         }
     }
 
+    /// The ids of rows `offset..offset + len`.
     pub fn slice(&self, offset: u64, len: u64) -> Self {
         let mut ids = Vec::with_capacity(len as usize);
         self.extend_slice(offset, len, &mut ids);

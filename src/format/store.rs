@@ -146,6 +146,7 @@ impl Database {
         self.known.interval()
     }
 
+    /// Where the database is (as opened).
     pub fn location(&self) -> &str {
         &self.location
     }
@@ -155,10 +156,12 @@ impl Database {
         &self.root
     }
 
+    /// Its object store.
     pub fn store(&self) -> &Arc<dyn ObjectStore> {
         &self.store
     }
 
+    /// The directory of table `name` (which may not exist yet).
     pub fn table(&self, name: &str) -> Result<TableDir> {
         let folder = folder_name(name)?;
         Ok(TableDir {
@@ -424,10 +427,12 @@ pub struct TableDir {
 }
 
 impl TableDir {
+    /// The table's name.
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// Its object store.
     pub fn store(&self) -> &Arc<dyn ObjectStore> {
         &self.store
     }
@@ -554,6 +559,7 @@ impl TableDir {
         }
     }
 
+    /// The manifest of `version`.
     pub async fn load_manifest(&self, version: u64) -> Result<Manifest> {
         let path = self.manifest_path(version);
         let bytes = match self.store.get(&path).await {
@@ -579,6 +585,7 @@ impl TableDir {
         Ok(manifest)
     }
 
+    /// The table at `version`.
     pub async fn snapshot(self: &Arc<Self>, version: u64) -> Result<Snapshot> {
         Snapshot::new(self.clone(), self.cached_manifest(version, None).await?)
     }
@@ -772,12 +779,16 @@ impl TableDir {
 /// One version of one table: what a query reads from start to end.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
+    /// The table's directory.
     pub dir: Arc<TableDir>,
+    /// The version's manifest.
     pub manifest: Arc<Manifest>,
+    /// The table's Arrow schema at that version.
     pub schema: SchemaRef,
 }
 
 impl Snapshot {
+    /// The table of `dir` at `manifest`'s version.
     pub fn new(dir: Arc<TableDir>, manifest: Arc<Manifest>) -> Result<Self> {
         let schema = manifest.arrow_schema()?;
         Ok(Self {
@@ -787,10 +798,12 @@ impl Snapshot {
         })
     }
 
+    /// Its version.
     pub fn version(&self) -> u64 {
         self.manifest.version
     }
 
+    /// The table's name.
     pub fn name(&self) -> &str {
         self.dir.name()
     }

@@ -34,8 +34,11 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(15 * 60);
 /// What VACUUM removed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct VacuumMetrics {
+    /// Manifests removed.
     pub versions_removed: u64,
+    /// Files removed.
     pub files_removed: u64,
+    /// Bytes they held.
     pub bytes_removed: u64,
 }
 

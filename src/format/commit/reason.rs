@@ -12,48 +12,90 @@ pub enum Conflict {
     /// A fragment this transaction deletes rows of, or rewrites columns of, is gone (a winner
     /// rewrote or removed it).
     #[error("fragment {fragment} was removed by a concurrent commit")]
-    FragmentRemoved { fragment: FragmentId },
+    FragmentRemoved {
+        /// The fragment.
+        fragment: FragmentId,
+    },
     /// A fragment this transaction touches is not in the version it read.
     #[error("fragment {fragment} is not in the version the statement read")]
-    FragmentNotRead { fragment: FragmentId },
+    FragmentNotRead {
+        /// The fragment.
+        fragment: FragmentId,
+    },
     /// A fragment this transaction touches holds other data files than when it was read (a
     /// winner rewrote columns of it in place).
     #[error("fragment {fragment} was rewritten by a concurrent commit")]
-    FragmentRewritten { fragment: FragmentId },
+    FragmentRewritten {
+        /// The fragment.
+        fragment: FragmentId,
+    },
     /// A winner deleted (or updated away) `rows` of the rows this transaction deletes or
     /// rewrites in place.
     #[error("{rows} rows of fragment {fragment} were deleted or updated concurrently")]
-    RowsDeletedByWinner { fragment: FragmentId, rows: u64 },
+    RowsDeletedByWinner {
+        /// The fragment.
+        fragment: FragmentId,
+        /// How many of them.
+        rows: u64,
+    },
     /// A segment a rebased index change replaces was replaced (merged, retrained, dropped)
     /// by a winner.
     #[error("segment {segment} of index '{index}' was replaced by a concurrent commit")]
-    SegmentReplaced { index: String, segment: u64 },
+    SegmentReplaced {
+        /// The index.
+        index: String,
+        /// The segment.
+        segment: u64,
+    },
     /// A fragment the new segments of a rebased index change hold left the table (a winner
     /// rewrote it): keeping the segment would let it own rows another segment owns, or rows
     /// changed since it read them.
     #[error("fragment {fragment} was rewritten or removed while index '{index}' was being built")]
-    FragmentLeftDuringBuild { index: String, fragment: FragmentId },
+    FragmentLeftDuringBuild {
+        /// The index.
+        index: String,
+        /// The fragment.
+        fragment: FragmentId,
+    },
     /// A source of a rewrite is gone (a winner rewrote or removed it).
     #[error("fragment {fragment} was rewritten or removed by a concurrent commit")]
-    RewriteSourceRemoved { fragment: FragmentId },
+    RewriteSourceRemoved {
+        /// The fragment.
+        fragment: FragmentId,
+    },
     /// A source of a rewrite holds other data files than when the rewrite read it.
     #[error("fragment {fragment} was rewritten in place by a concurrent commit")]
-    RewriteSourceRewritten { fragment: FragmentId },
+    RewriteSourceRewritten {
+        /// The fragment.
+        fragment: FragmentId,
+    },
     /// A rebased index change names an index a winner dropped.
     #[error("index '{index}' was dropped by a concurrent commit")]
-    IndexDropped { index: String },
+    IndexDropped {
+        /// The index.
+        index: String,
+    },
     /// A rebased append to, merge of or retrain of an index whose definition a winner
     /// replaced (retrained it, split partitions, or dropped and created it again): segments
     /// built with the old centroids must not join an index that has new ones.
     #[error("index '{index}' was retrained or redefined by a concurrent commit")]
-    IndexRedefined { index: String },
+    IndexRedefined {
+        /// The index.
+        index: String,
+    },
     /// A MERGE read every target row to decide what to insert; a concurrent MERGE appended
     /// rows (committed as `version`) that this one may have had to match.
     #[error("a concurrent MERGE (version {version}) added rows this MERGE may have matched")]
-    ConcurrentMerge { version: u64 },
+    ConcurrentMerge {
+        /// The version the concurrent MERGE committed.
+        version: u64,
+    },
     /// A rebased index creation collides with a winner's index of the same name.
     #[error("index '{index}' was created by a concurrent commit too")]
-    IndexCreatedTwice { index: String },
+    IndexCreatedTwice {
+        /// The index.
+        index: String,
+    },
     /// After the rebase, two segments of one index would own one fragment (e.g. two
     /// concurrent appends indexed the same fragments).
     #[error(
@@ -63,15 +105,24 @@ pub enum Conflict {
         second = .segments[1]
     )]
     FragmentOwnedTwice {
+        /// The index.
         index: String,
+        /// The fragment.
         fragment: FragmentId,
+        /// The two segments.
         segments: [u64; 2],
     },
     /// A rebased index change would produce a manifest that fails validation for another
     /// reason (the validator's own words).
     #[error("the rebased commit would produce an invalid manifest: {reason}")]
-    InvalidAfterRebase { reason: String },
+    InvalidAfterRebase {
+        /// The validator's words.
+        reason: String,
+    },
     /// The commit lost the race to publish the next version this many times in a row.
     #[error("too many concurrent commits ({attempts} lost races)")]
-    TooManyConcurrentCommits { attempts: usize },
+    TooManyConcurrentCommits {
+        /// Races lost in a row.
+        attempts: usize,
+    },
 }

@@ -14,6 +14,7 @@ use super::super::error::FormatError;
 
 /// An error that may say "a concurrent commit won; run the statement again".
 pub trait Retryable {
+    /// Whether running the statement again may succeed.
     fn is_retryable(&self) -> bool;
 }
 

@@ -35,16 +35,22 @@ pub enum NewRowIds {
 /// A fragment written but not yet committed: it gets its id when the commit assigns one.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NewFragment {
+    /// Its data files.
     pub written: WrittenFragment,
+    /// The row ids its rows get.
     pub row_ids: NewRowIds,
 }
 
 /// A segment written but not yet committed: it gets its id when the commit assigns one.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NewSegment {
+    /// The segment file.
     pub file: String,
+    /// Its size in bytes.
     pub size_bytes: u64,
+    /// Rows it holds.
     pub rows: u64,
+    /// Fragments it owns rows of.
     pub fragment_bitmap: BTreeSet<u64>,
 }
 
@@ -53,18 +59,26 @@ pub struct NewSegment {
 pub enum IndexChange {
     /// A new index with its first segments.
     Create {
+        /// The index.
         def: IndexDef,
+        /// Its first segments.
         segments: Vec<NewSegment>,
     },
+    /// Drops an index.
     Drop {
+        /// The index.
         name: String,
     },
     /// Replaces some segments of an index by new ones (append: none removed; merge: the
     /// inputs removed). With `def`, the index itself is replaced too (retrain).
     ReplaceSegments {
+        /// The index.
         index: String,
+        /// Segments removed.
         remove: Vec<u64>,
+        /// Segments added.
         add: Vec<NewSegment>,
+        /// The index's new definition (a retrain), if any.
         def: Option<IndexDef>,
     },
 }
@@ -89,7 +103,9 @@ pub struct Rewrite {
 /// A row-map file written by a stable-partition rewrite.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RowMapRef {
+    /// The row-map file.
     pub path: String,
+    /// Its size in bytes.
     pub size_bytes: u64,
 }
 
@@ -162,7 +178,9 @@ impl Rewrite {
 /// The changes one statement makes, relative to the version it read.
 #[derive(Clone, Debug)]
 pub struct Transaction {
+    /// The statement's kind, for the manifest's record.
     pub operation: Operation,
+    /// The version the statement read (what the commit rebases from).
     pub read_version: u64,
     /// Appended at the end of the fragment list, in this order.
     pub appends: Vec<NewFragment>,

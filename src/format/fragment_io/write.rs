@@ -32,7 +32,9 @@ pub const ROW_GROUP_ROWS: usize = 64 * 1024;
 /// A fragment written but not yet committed: it gets its id when the commit assigns one.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WrittenFragment {
+    /// Its data files.
     pub files: Vec<DataFile>,
+    /// Rows written.
     pub physical_rows: u64,
 }
 

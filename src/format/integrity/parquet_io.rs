@@ -92,6 +92,7 @@ pub struct PageChecksummer {
 }
 
 impl PageChecksummer {
+    /// A checksummer for the file at `path` (named in errors).
     pub fn new(path: &str) -> Self {
         Self {
             path: path.to_string(),
@@ -248,6 +249,7 @@ pub struct VerifyingReader {
 }
 
 impl VerifyingReader {
+    /// A reader of `inner` that checks every byte it returns against `units`.
     #[allow(deprecated)]
     pub fn new(
         inner: ParquetObjectReader,

@@ -32,16 +32,22 @@ const MAGIC: &[u8; 4] = b"PAR1";
 /// One checksummed byte range of a file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Unit {
+    /// Its first byte.
     pub start: u64,
+    /// One past its last byte.
     pub end: u64,
+    /// The CRC32C of its bytes.
     pub crc32c: u32,
 }
 
 /// A column chunk's byte range and its pages' `(offset, length)` from the offset index.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChunkLayout {
+    /// Its first byte.
     pub start: u64,
+    /// Its length in bytes.
     pub len: u64,
+    /// Its pages' `(offset, length)`.
     pub pages: Vec<(u64, u64)>,
 }
 
@@ -118,6 +124,7 @@ pub fn encode_crcs(crcs: &[u32]) -> String {
     out
 }
 
+/// The checksums of a footer's [`PAGE_CRC_KEY`] value; an error for malformed text.
 pub fn decode_crcs(text: &str) -> Result<Vec<u32>, String> {
     if !text.len().is_multiple_of(8) || !text.is_ascii() {
         return Err("page checksum table is not a list of 8-digit hex words".into());
@@ -181,6 +188,7 @@ impl UnitTable {
         Ok(Self { units })
     }
 
+    /// The units, in file order.
     pub fn units(&self) -> &[Unit] {
         &self.units
     }
