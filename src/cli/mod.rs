@@ -28,7 +28,7 @@ fragvec help <command> shows a command's options; the docs: docs/README.md";
 /// Default database directory when `--db` is not given.
 pub const DEFAULT_DB: &str = "fragvec-db";
 
-/// The command line. (Its help text is the `about` below and the fields' doc comments.)
+/// The command line (its help text comes from `about` and the fields' doc comments).
 #[derive(Parser, Debug)]
 #[command(
     name = "fragvec",
@@ -62,8 +62,7 @@ pub struct Cli {
     /// Print each statement's wall time on stderr (`\timing` toggles it in the shell).
     #[arg(long, global = true)]
     pub timing: bool,
-    // Not a doc comment: clap would print it.
-    #[allow(missing_docs)]
+    /// The subcommand, if any (clap ignores a doc comment on a subcommand field).
     #[command(subcommand)]
     pub command: Option<Command>,
 }

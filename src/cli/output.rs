@@ -20,8 +20,8 @@ use datafusion::common::Result;
 use super::Format;
 use crate::engine::StatementResult;
 
-/// Prints `result` to `out` in `format` (a statement without columns prints nothing but a
-/// table's row count).
+/// Prints `result` to `out` in `format`. As a table, a statement without columns prints `OK`
+/// and one that changed rows prints `n rows affected`; CSV and JSON print only rows.
 pub fn print(result: &StatementResult, format: Format, out: &mut impl Write) -> Result<()> {
     if result.schema.fields().is_empty() {
         if format == Format::Table {

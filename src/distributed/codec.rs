@@ -48,10 +48,10 @@ pub struct NodeProto {
     /// [`WIRE_VERSION`] of the coordinator that encoded it.
     #[prost(uint32, tag = "1")]
     pub wire_version: u32,
-    /// A scan (alone, or the scan part of a KNN search).
+    /// A [`FragmentScanExec`]; exactly one of `scan` and `knn` is set.
     #[prost(message, optional, tag = "2")]
     pub scan: Option<ScanProto>,
-    /// A KNN search.
+    /// A [`KnnExec`], with the scan it reads inside; exactly one of `scan` and `knn` is set.
     #[prost(message, optional, tag = "3")]
     pub knn: Option<KnnProto>,
 }
@@ -62,7 +62,7 @@ pub struct ScanProto {
     /// The database, as the worker knows it (see `Databases`).
     #[prost(string, tag = "1")]
     pub database: String,
-    /// The table.
+    /// The table's name in that database.
     #[prost(string, tag = "2")]
     pub table: String,
     /// The table version read.
@@ -100,7 +100,7 @@ pub struct ScanProto {
 /// A set of fragment ids.
 #[derive(Clone, PartialEq, Message)]
 pub struct IdsProto {
-    /// The ids.
+    /// The fragment ids, ascending.
     #[prost(uint64, repeated, tag = "1")]
     pub ids: Vec<u64>,
 }
@@ -108,7 +108,8 @@ pub struct IdsProto {
 /// A [`KnnExec`].
 #[derive(Clone, PartialEq, Message)]
 pub struct KnnProto {
-    /// A scan (alone, or the scan part of a KNN search).
+    /// The scan the search runs over (its snapshot, filter and columns): required, and
+    /// without `fragments` (a split search is cut by `share` instead).
     #[prost(message, optional, tag = "1")]
     pub scan: Option<ScanProto>,
     /// The vector column searched.
@@ -120,7 +121,7 @@ pub struct KnnProto {
     /// The distance (`l2`, `cosine`, `dot`).
     #[prost(string, tag = "4")]
     pub metric: String,
-    /// How many rows.
+    /// How many nearest rows the search returns.
     #[prost(uint64, tag = "5")]
     pub k: u64,
     /// IVF partitions probed per segment.
@@ -146,7 +147,7 @@ pub struct ShareProto {
     /// The unindexed fragments it scores.
     #[prost(uint64, repeated, tag = "2")]
     pub fragments: Vec<u64>,
-    /// A sliced share: its index and the split's share count (`of` 0: not sliced).
+    /// The slice's position, from 0 (ignored when `slice_of` is 0).
     #[prost(uint32, tag = "3")]
     pub slice_index: u32,
     /// How many slices the split has (0: not sliced).

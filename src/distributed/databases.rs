@@ -19,7 +19,7 @@ use crate::index::cache::IndexCache;
 /// An open database and its index cache.
 #[derive(Clone, Debug)]
 pub struct Served {
-    /// The database.
+    /// The database, opened once for the life of the process.
     pub database: Database,
     /// The process's index cache for it.
     pub cache: Arc<IndexCache>,

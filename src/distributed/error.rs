@@ -23,7 +23,7 @@ pub enum DistributedError {
     /// A table of the plan is not in the database the codec serves.
     #[error("table '{table}' is not in database '{database}', which this session serves")]
     ForeignTable {
-        /// The table.
+        /// The table's name.
         table: String,
         /// The database the codec serves.
         database: String,

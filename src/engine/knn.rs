@@ -61,9 +61,9 @@ pub struct KnnQuery {
     pub column: String,
     /// The query vector.
     pub vector: Vec<f32>,
-    /// The distance.
+    /// The distance the rows are ranked by.
     pub metric: Metric,
-    /// How many rows.
+    /// How many nearest rows to return.
     pub k: usize,
     /// IVF partitions to probe per segment (`fragvec.nprobes` when the query was planned).
     pub nprobes: usize,

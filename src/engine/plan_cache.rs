@@ -42,7 +42,8 @@ const MAX_PLANS: usize = 64;
 /// A physical plan and the parameter values it was built with.
 #[derive(Debug, Clone)]
 pub struct CachedPlan {
-    /// The plan.
+    /// The physical plan, run again for a statement with the same key (its vector
+    /// parameters re-bound).
     pub plan: Arc<dyn ExecutionPlan>,
     /// The vector parameters it was built with (what a re-bind replaces).
     pub params: Vec<Vec<f64>>,

@@ -122,7 +122,7 @@ impl FragmentScanExec {
         &self.spec
     }
 
-    /// It carries `cache` for the KNN rule.
+    /// The same scan, carrying `cache` for the KNN rule to search through.
     pub fn with_index_cache(mut self, cache: Arc<IndexCache>) -> Self {
         self.index_cache = Some(cache);
         self

@@ -55,7 +55,7 @@ pub use super::options::progress_of;
 pub struct StatementResult {
     /// The columns of its rows.
     pub schema: SchemaRef,
-    /// Its rows.
+    /// Its rows, as batches of `schema`.
     pub batches: Vec<RecordBatch>,
     /// `Some(n)` for statements that change rows (their result is one `count` row).
     pub rows_affected: Option<u64>,

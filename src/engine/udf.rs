@@ -46,7 +46,7 @@ pub enum DistanceKind {
 }
 
 impl DistanceKind {
-    /// Every kind.
+    /// Every kind; [`register`] registers one function for each.
     pub const ALL: [DistanceKind; 4] = [
         DistanceKind::L2,
         DistanceKind::Cosine,
@@ -54,7 +54,7 @@ impl DistanceKind {
         DistanceKind::NegativeInnerProduct,
     ];
 
-    /// The function's SQL name.
+    /// The function's SQL name; [`Self::aliases`] lists its other names.
     pub fn name(self) -> &'static str {
         match self {
             DistanceKind::L2 => "l2_distance",

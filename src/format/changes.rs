@@ -48,9 +48,10 @@ pub struct RowChanges {
     /// Addresses of updated rows, their row ids, and their new values (table schema, in the
     /// same order, across the batches).
     pub updated_addrs: Vec<u64>,
-    /// ... their row ids...
+    /// Row ids of the updated rows, one per entry of `updated_addrs`, in the same order.
     pub updated_ids: Vec<u64>,
-    /// ... and their new values.
+    /// New values of the updated rows (table schema): across the batches, one row per
+    /// entry of `updated_addrs`, in the same order.
     pub updated_rows: Vec<RecordBatch>,
     /// New rows (table schema).
     pub inserted_rows: Vec<RecordBatch>,

@@ -30,13 +30,13 @@ pub const MAX_STRING_BYTES: usize = 64;
 pub enum StatValue {
     /// Signed integers, dates (days) and timestamps (the column's unit).
     Int(i64),
-    /// Unsigned integers.
+    /// Unsigned integers of any width, widened to `u64`.
     UInt(u64),
-    /// A float.
+    /// Floats of any width, widened to `f64`; never NaN or infinite.
     Float(f64),
-    /// A string (at most [`MAX_STRING_BYTES`]).
+    /// Strings, at most [`MAX_STRING_BYTES`] bytes long.
     Text(String),
-    /// A boolean.
+    /// Booleans.
     Bool(bool),
 }
 
@@ -47,15 +47,17 @@ impl Eq for StatValue {}
 /// A column's range in one data file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ColumnStats {
-    /// The column.
+    /// The column's name, as in the table schema.
     pub column: String,
-    /// `None` when every value is NULL.
+    /// At most every non-NULL value of the column in the file; `None` when every value is
+    /// NULL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min: Option<StatValue>,
-    /// The largest value; `None` when every value is NULL.
+    /// At least every non-NULL value of the column in the file; `None` when every value is
+    /// NULL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max: Option<StatValue>,
-    /// NULLs in the file.
+    /// NULL values of the column in the file, deleted rows included.
     pub nulls: u64,
 }
 

@@ -25,7 +25,8 @@ pub struct DeletionCache {
 }
 
 impl DeletionCache {
-    /// The deletion vector of file `key`, if held.
+    /// The decoded deletion vector cached under `key` (the file and what decoding checked),
+    /// if the cache holds it.
     pub fn get(&self, key: &str) -> Option<Arc<RoaringBitmap>> {
         self.state
             .lock()
@@ -35,7 +36,8 @@ impl DeletionCache {
             .cloned()
     }
 
-    /// Holds `deleted` as the deletion vector of file `key`.
+    /// Caches `deleted` under `key`, first emptying the cache if it would pass its byte
+    /// budget; a vector larger than the whole budget is not kept.
     pub fn insert(&self, key: String, deleted: Arc<RoaringBitmap>) {
         let size = deleted.serialized_size();
         let mut state = self.state.lock().expect("deletion cache");
@@ -52,7 +54,8 @@ impl DeletionCache {
 const MAGIC: &[u8; 8] = b"FVDELV01";
 const HEADER_LEN: usize = 8 + 8 + 8;
 
-/// The deletion file's bytes for `deleted` rows of a fragment of `physical_rows` rows.
+/// The deletion file for fragment `fragment_id` of `physical_rows` rows whose deleted
+/// offsets are `deleted`: the header, then the portable roaring bitmap.
 pub fn encode(fragment_id: u64, physical_rows: u64, deleted: &RoaringBitmap) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + deleted.serialized_size());
     out.extend_from_slice(MAGIC);

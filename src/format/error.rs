@@ -13,21 +13,25 @@ use std::fmt;
 /// `Arrow`, `StorageType`).
 #[derive(Debug, thiserror::Error)]
 pub enum FormatError {
-    /// A table that does not exist.
+    /// The named table does not exist (it was never created, or was dropped); holds the
+    /// table's name.
     #[error("table '{0}' does not exist")]
     NotFound(String),
-    /// `CREATE TABLE` of a table that exists.
+    /// A table (or view) of that name already exists, so it cannot be created; holds the
+    /// name.
     #[error("table '{0}' already exists")]
     AlreadyExists(String),
-    /// `VERSION AS OF` a version the table does not have (or no longer keeps).
+    /// The table has no manifest for the version asked for (`VERSION AS OF` a version
+    /// never written, or one VACUUM removed).
     #[error("version {version} of table '{table}' does not exist")]
     VersionNotFound {
-        /// The table.
+        /// The table's name.
         table: String,
         /// The version asked for.
         version: u64,
     },
-    /// Input the format refuses (the caller's; the message says what).
+    /// The caller's input is refused (a bad name, schema, option or argument); the message
+    /// says what.
     #[error("invalid input: {0}")]
     InvalidInput(String),
     /// Another writer committed something this transaction cannot be rebased over
@@ -35,11 +39,12 @@ pub enum FormatError {
     /// and try again. `reason` says which rule of [`crate::format::commit::conflict`] failed.
     #[error("commit conflict on table '{table}' at version {version}: {reason} (retryable)")]
     Conflict {
-        /// The table.
+        /// The table's name.
         table: String,
-        /// The latest version the commit saw.
+        /// The latest version the commit could not be applied onto (the version it read,
+        /// when it gave up after too many lost races).
         version: u64,
-        /// Which rule failed.
+        /// Which conflict rule failed, with the fragment, segment or index it concerns.
         #[source]
         reason: crate::format::commit::reason::Conflict,
     },
@@ -52,53 +57,55 @@ pub enum FormatError {
          AWS_CONDITIONAL_PUT=disabled)"
     )]
     NoPutIfAbsent {
-        /// The database.
+        /// The database's location, as it was opened (`s3://bucket/prefix`).
         location: String,
-        /// Why.
+        /// What the probe saw: the store's error, or that a second create was accepted.
         reason: String,
     },
-    /// A file that fails its checksum or does not decode.
+    /// A file fails its checksum or does not decode, or decodes to something that breaks
+    /// the format's invariants.
     #[error("corrupt file {path}: {reason}")]
     Corrupt {
-        /// The file.
+        /// The file's path in the object store.
         path: String,
-        /// Why.
+        /// What is wrong with it, in words.
         reason: String,
     },
-    /// A table written with a feature this fragvec does not know (a newer writer's).
+    /// The table needs a reader feature (to read it) or a writer feature (to write it) that
+    /// this build does not know, typically because a newer fragvec wrote it.
     #[error(
         "table '{table}' needs feature '{flag}', which this version of fragvec does not support"
     )]
     UnknownFeature {
-        /// The table.
+        /// The table's name.
         table: String,
-        /// The feature flag.
+        /// The unknown feature flag, as the manifest lists it.
         flag: String,
     },
-    /// The object store failed an operation.
+    /// An object-store request failed.
     #[error("object store error at {path}: {source}")]
     ObjectStore {
-        /// The object.
+        /// The object's path in the store.
         path: String,
         /// The store's error.
         #[source]
         source: object_store::Error,
     },
-    /// A Parquet file could not be read or written.
+    /// A Parquet data file could not be read or written.
     #[error("parquet error in {path}: {source}")]
     Parquet {
-        /// The file.
+        /// The data file's path (in the store, or relative to the table root).
         path: String,
-        /// Parquet's error.
+        /// The Parquet library's error.
         #[source]
         source: datafusion::parquet::errors::ParquetError,
     },
     /// A local file operation outside object_store (VACUUM's temporary-file sweep).
     #[error("file system error at {path}: {source}")]
     Io {
-        /// The file.
+        /// The local directory being swept.
         path: String,
-        /// The system's error.
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
@@ -108,29 +115,31 @@ pub enum FormatError {
     /// cannot store at all (a union).
     #[error("column '{column}' of type {data_type}: {reason}")]
     StorageType {
-        /// The column.
+        /// The column's name.
         column: String,
-        /// Its declared type.
+        /// The column's declared Arrow type, as text.
         data_type: String,
-        /// What went wrong.
+        /// What could not be converted, in words.
         reason: String,
     },
-    /// An Arrow kernel failed.
+    /// An Arrow compute kernel or array operation failed.
     #[error("arrow error: {0}")]
     Arrow(#[from] datafusion::arrow::error::ArrowError),
-    /// The table's reuse ledger is inconsistent.
+    /// The table's reuse ledger is inconsistent, or a row-map block it needs could not be
+    /// read or fails its checks.
     #[error("table '{table}': {source}")]
     Ledger {
-        /// The table.
+        /// The table's name.
         table: String,
-        /// What the ledger refused.
+        /// The ledger's error.
         #[source]
         source: crate::ledger::LedgerError,
     },
 }
 
 impl FormatError {
-    /// Whether the statement may run again and succeed (a commit conflict).
+    /// Whether running the statement again from a fresh read may succeed: true exactly for
+    /// a commit conflict.
     pub fn is_retryable(&self) -> bool {
         matches!(self, FormatError::Conflict { .. })
     }
@@ -172,5 +181,5 @@ impl FormatError {
     }
 }
 
-/// The format layer's result.
+/// The result of format-layer operations, failing with [`FormatError`] by default.
 pub type Result<T, E = FormatError> = std::result::Result<T, E>;

@@ -19,7 +19,7 @@ pub const FETCH_BYTES: u64 = 8 << 20;
 /// A row group's size in the projected columns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GroupSize {
-    /// Rows in the group.
+    /// Rows in the row group.
     pub rows: u64,
     /// Compressed bytes of the projected columns' chunks.
     pub bytes: u64,
@@ -28,9 +28,9 @@ pub struct GroupSize {
 /// Rows `rows` (numbered within the file) of row group `group`, read as one fetch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FetchWindow {
-    /// The row group.
+    /// Index of the row group in the file, from 0.
     pub group: usize,
-    /// The rows, numbered within the file.
+    /// The window's rows, numbered from the file's first row; all inside `group`.
     pub rows: Range<u64>,
 }
 

@@ -16,16 +16,17 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Metric {
-    /// Euclidean distance.
+    /// Euclidean (L2) distance: smaller is nearer.
     L2,
-    /// Cosine distance (1 − cosine similarity).
+    /// Cosine distance, 1 − cosine similarity: smaller is nearer.
     Cosine,
-    /// The dot product, larger nearer (ordered by its negative).
+    /// The dot product: larger is nearer, so rows are ordered by its negative.
     Dot,
 }
 
 impl Metric {
-    /// The metric named `s` (`l2` / `euclidean`, `cosine`, `dot` / `inner_product`, any case).
+    /// The metric named `s`, in any case: `l2` or `euclidean`, `cosine`, `dot` or
+    /// `inner_product`; `None` for any other name.
     pub fn parse(s: &str) -> Option<Self> {
         match s.to_ascii_lowercase().as_str() {
             "l2" | "euclidean" => Some(Metric::L2),
@@ -35,7 +36,7 @@ impl Metric {
         }
     }
 
-    /// Its name as the manifest records it.
+    /// The metric's canonical name (`l2`, `cosine`, `dot`), as the manifest records it.
     pub fn as_str(self) -> &'static str {
         match self {
             Metric::L2 => "l2",
@@ -49,11 +50,11 @@ impl Metric {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum IndexKind {
-    /// Each partition holds its rows' floats.
+    /// IVF over full vectors: each partition holds its rows' floats.
     IvfFlat,
-    /// Each partition holds its rows' product-quantized codes.
+    /// IVF over product-quantized vectors: each partition holds its rows' PQ codes.
     IvfPq {
-        /// Sub-vectors per vector (one byte of code each).
+        /// Sub-vectors each vector is split into; each is coded in one byte.
         num_sub_vectors: u32,
     },
     /// Scalar codes and bound terms only: rows are re-ranked from the table's own floats.
@@ -61,7 +62,7 @@ pub enum IndexKind {
 }
 
 impl IndexKind {
-    /// Its SQL name (`USING IVF_FLAT`).
+    /// The kind's SQL name, as in `USING IVF_FLAT` (`IVF_FLAT`, `IVF_PQ`, `IVF_SQ`).
     pub fn name(&self) -> &'static str {
         match self {
             IndexKind::IvfFlat => "IVF_FLAT",
@@ -74,38 +75,38 @@ impl IndexKind {
 /// A vector index as the manifest records it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct IndexDef {
-    /// Its name (unique in the table).
+    /// The index's name, unique among the table's indexes.
     pub name: String,
-    /// The vector column it indexes.
+    /// The name of the vector column it indexes.
     pub column: String,
-    /// Its type.
+    /// The index type and its parameters.
     pub kind: IndexKind,
-    /// The distance it orders by.
+    /// The distance the index orders by; only a KNN query by the same metric uses it.
     pub metric: Metric,
-    /// IVF partitions of its model.
+    /// IVF partitions (centroids) of the trained model.
     pub num_partitions: u32,
     /// The trained model (centroids, PQ codebooks) shared by every segment; relative path.
     pub model_file: String,
     /// The model file's size in bytes.
     pub model_size_bytes: u64,
-    /// The version that created it (or last retrained it).
+    /// The version the index was built from when it was created or last retrained.
     pub created_at_version: u64,
 }
 
 /// One segment file of an index, as the manifest records it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct IndexSegment {
-    /// Its id (unique in the table).
+    /// The segment's id, unique in the table (allocated from `next_segment_id`).
     pub id: u64,
-    /// The index it belongs to.
+    /// The name of the index it belongs to.
     pub index: String,
     /// Relative path of the segment file.
     pub file: String,
-    /// Its size in bytes.
+    /// The segment file's size in bytes.
     pub size_bytes: u64,
     /// Rows the file holds.
     pub rows: u64,
-    /// The version whose rows it was built from.
+    /// The version the build read: the file holds that version's rows of `fragment_bitmap`.
     pub built_at_version: u64,
     /// Fragments whose rows the file physically holds.
     pub fragment_bitmap: BTreeSet<u64>,

@@ -17,13 +17,14 @@ use super::store::TableDir;
 /// A view of a table's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TableView {
-    /// `fragvec_fragments('t')`: one row per fragment.
+    /// `fragvec_fragments('t')`: one row per fragment of the latest version, in logical
+    /// (scan) order.
     Fragments,
-    /// `fragvec_versions('t')`: one row per version kept.
+    /// `fragvec_versions('t')`: one row per version whose manifest is still stored.
     Versions,
-    /// `fragvec_segments('t')`: one row per index segment.
+    /// `fragvec_segments('t')`: one row per index segment of the latest version.
     Segments,
-    /// `fragvec_ledger('t')`: one row per reuse-ledger transition.
+    /// `fragvec_ledger('t')`: one row per transition of the latest version's reuse ledger.
     Ledger,
 }
 

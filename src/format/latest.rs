@@ -34,7 +34,7 @@ use object_store::ObjectMeta;
 /// The newest version of one table, as far as this handle knows.
 #[derive(Clone, Debug)]
 pub struct Known {
-    /// The version.
+    /// The newest version of the table this handle knows of.
     pub version: u64,
     /// The metadata of that version's manifest when a check returned it (its identity keys
     /// the decoded-manifest cache, so a fresh entry also saves the HEAD that would confirm
@@ -60,7 +60,8 @@ pub struct KnownVersions {
 }
 
 impl KnownVersions {
-    /// Versions known, each trusted for `interval` after it was checked.
+    /// An empty record whose entries a query trusts for `interval` after each check (zero:
+    /// never).
     pub fn new(interval: Duration) -> Self {
         let known = Self::default();
         known.set_interval(interval);
@@ -72,7 +73,7 @@ impl KnownVersions {
         Duration::from_millis(self.interval_ms.load(Ordering::Relaxed))
     }
 
-    /// How long a checked version is trusted from now on.
+    /// Sets the version check interval; it applies at once, to entries already held too.
     pub fn set_interval(&self, interval: Duration) {
         let ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
         self.interval_ms.store(ms, Ordering::Relaxed);

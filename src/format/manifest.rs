@@ -52,7 +52,7 @@ pub const KNOWN_WRITER_FEATURES: &[&str] = &[
 ];
 
 /// The compatibility flags a manifest lists in `reader_features` / `writer_features`: a
-/// fragvec that does not know one a table needs refuses to read (or write) it.
+/// fragvec that does not know one a table lists refuses to read (or write) the table.
 pub mod feature {
     /// Fragments carry row-id sequences; `_rowid` is stable across updates and moves.
     pub const STABLE_ROW_IDS: &str = "stable_row_ids";
@@ -88,20 +88,21 @@ pub const ROW_ID: &str = "_rowid";
 /// A table column as the manifest records it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ColumnDef {
-    /// Its name.
+    /// The column's name, unique in the table.
     pub name: String,
     /// Arrow's display form of the type, e.g. `Int64` or `FixedSizeList(128 x Float32)`.
     pub data_type: String,
-    /// Whether it may hold NULL.
+    /// Whether the column may hold NULL.
     pub nullable: bool,
 }
 
 /// Options fixed when the table is created.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TableProperties {
-    /// Whether fragments carry stable row ids (`_rowid` survives updates and moves).
+    /// Whether fragments carry row-id sequences, so `_rowid` survives updates and moves
+    /// (otherwise `_rowid` is the row address).
     pub stable_row_ids: bool,
-    /// Largest fragment a write makes (rows).
+    /// The most rows a write puts in one fragment; a larger write makes several fragments.
     pub max_rows_per_fragment: u64,
     /// `CLUSTER BY` key (SQL expressions) a plain `RECLUSTER t` uses.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -127,9 +128,9 @@ fn is_default_policy(p: &MaintenancePolicy) -> bool {
 /// One `PRIMARY KEY (columns)` or `UNIQUE (columns)` constraint.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyConstraint {
-    /// A `PRIMARY KEY` (else `UNIQUE`).
+    /// `true` for a `PRIMARY KEY`, `false` for a `UNIQUE` constraint.
     pub primary_key: bool,
-    /// Its columns.
+    /// The names of the constrained columns, in declaration order.
     pub columns: Vec<String>,
 }
 
@@ -154,9 +155,10 @@ impl Default for TableProperties {
 pub struct DataFile {
     /// Relative to the table root.
     pub path: String,
-    /// The columns it holds (of the table's, by name).
+    /// Names of the table columns this file holds for the fragment; a column rewritten
+    /// in place since is listed only in its newer file.
     pub columns: Vec<String>,
-    /// Its size in bytes.
+    /// The file's size in bytes.
     pub size_bytes: u64,
     /// Where the file's Parquet footer starts and its CRC32C; the footer holds a CRC32C of
     /// every page (see [`super::integrity`]). Absent for files written before checksums
@@ -173,9 +175,9 @@ pub struct DataFile {
 /// table, trailer): bytes `offset..size_bytes`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FooterChecksum {
-    /// Where the footer starts.
+    /// Byte offset in the file where the footer (page indexes onward) starts.
     pub offset: u64,
-    /// The CRC32C of bytes `offset..size_bytes`.
+    /// The CRC32C of the file's bytes from `offset` to its end.
     pub crc32c: u32,
 }
 
@@ -184,7 +186,7 @@ pub struct FooterChecksum {
 pub struct DeletionFile {
     /// Relative to the table root.
     pub path: String,
-    /// Rows it marks deleted.
+    /// Offsets the file marks deleted: the fragment's deleted-row count.
     pub deleted_rows: u64,
     /// The table version whose deletions this file extends (the commit's read version).
     pub read_version: u64,
@@ -197,13 +199,15 @@ pub struct DeletionFile {
 /// A run of rows written together: data files holding its columns, and its deletions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Fragment {
-    /// Its id (unique in the table, never reused).
+    /// The fragment's id: unique in the table, never reused, below 2^32 (see
+    /// [`MAX_FRAGMENT_ID`]); a name, not a scan position.
     pub id: u64,
-    /// Its data files.
+    /// The data files holding the fragment's columns; each table column is in exactly one.
     pub files: Vec<DataFile>,
-    /// Rows in its files, deleted ones included.
+    /// Rows in each of its data files, deleted ones included (row offsets run
+    /// `0..physical_rows`).
     pub physical_rows: u64,
-    /// Its deletion vector, if any row is deleted.
+    /// The deletion vector marking its deleted offsets; `None` when no row is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion: Option<DeletionFile>,
     /// Present exactly when the table has stable row ids.
@@ -212,12 +216,12 @@ pub struct Fragment {
 }
 
 impl Fragment {
-    /// Rows its deletion vector marks.
+    /// Rows its deletion vector marks deleted (0 without one).
     pub fn deleted_rows(&self) -> u64 {
         self.deletion.as_ref().map_or(0, |d| d.deleted_rows)
     }
 
-    /// Rows not deleted.
+    /// Rows not deleted: `physical_rows` minus `deleted_rows`.
     pub fn live_rows(&self) -> u64 {
         self.physical_rows - self.deleted_rows()
     }
@@ -234,34 +238,35 @@ impl Fragment {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Operation {
-    /// `CREATE TABLE`.
+    /// `CREATE TABLE`: version 1 of a table.
     Create,
-    /// `INSERT` (and COPY, ingest).
+    /// `INSERT` and `COPY`: new fragments appended.
     Append,
-    /// `DELETE`.
+    /// `DELETE`: rows marked deleted.
     Delete,
-    /// `UPDATE`.
+    /// `UPDATE`: new row values, appended or rewritten in place.
     Update,
-    /// `MERGE`.
+    /// `MERGE`: matched rows updated or deleted, unmatched ones inserted.
     Merge,
-    /// `CREATE VECTOR INDEX`.
+    /// `CREATE VECTOR INDEX`: an index and its first segments.
     CreateIndex,
-    /// `DROP INDEX`.
+    /// `DROP INDEX`: an index and its segments removed.
     DropIndex,
-    /// `OPTIMIZE INDEX`.
+    /// `OPTIMIZE INDEX`: segments appended, merged or retrained.
     OptimizeIndex,
-    /// `COMPACT`.
+    /// `COMPACT`: small adjacent fragments rewritten into larger ones.
     Compact,
-    /// `RECLUSTER`.
+    /// `RECLUSTER`: fragments rewritten with their rows regrouped by the cluster key.
     Recluster,
-    /// `VACUUM`.
+    /// `VACUUM`; no statement commits a version with it today (VACUUM only removes files).
     Vacuum,
-    /// `ALTER TABLE`.
+    /// `ALTER TABLE`: a table property (cluster key, maintenance policy) changed.
     AlterTable,
 }
 
 impl Operation {
-    /// Its statement's name (`INSERT`, `COMPACT`, ...).
+    /// The operation's name in upper case, as `fragvec_versions` shows it (`APPEND`,
+    /// `CREATE INDEX`, ...).
     pub fn as_str(&self) -> &'static str {
         match self {
             Operation::Create => "CREATE",
@@ -283,11 +288,11 @@ impl Operation {
 /// What committed a version.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TransactionRecord {
-    /// The statement's kind.
+    /// The kind of statement that committed the version.
     pub operation: Operation,
     /// The version the transaction read (and rebased from, if it lost a race).
     pub read_version: u64,
-    /// When it committed, in milliseconds since the Unix epoch.
+    /// When the commit built this manifest, in milliseconds since the Unix epoch.
     pub timestamp_ms: i64,
     /// Random tag of the transaction, to tell two commits apart in logs.
     pub tag: String,
@@ -296,21 +301,22 @@ pub struct TransactionRecord {
 /// One version of a table: its schema, options, fragments, indexes and reuse ledger.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
-    /// [`MANIFEST_MAGIC`]: what this file is.
+    /// Always [`MANIFEST_MAGIC`]; anything else means the file is not a manifest.
     pub magic: String,
-    /// The format version it was written in.
+    /// The manifest layout version it was written in (at most [`FORMAT_VERSION`]).
     pub format_version: u32,
-    /// The table version it describes.
+    /// The table version it describes; its file name carries the same number.
     pub version: u64,
-    /// The table's columns.
+    /// The table's columns, in schema order.
     pub columns: Vec<ColumnDef>,
-    /// Options fixed when the table was created.
+    /// The table's options and properties (some changed by `ALTER TABLE`).
     pub properties: TableProperties,
     /// In logical (scan) order. See the module docs.
     pub fragments: Vec<Fragment>,
-    /// The id the next new fragment gets.
+    /// The id the next new fragment gets; above every fragment id ever used.
     pub next_fragment_id: u64,
-    /// The id the next new row gets (with stable row ids).
+    /// The stable row id the next new row gets (tables with stable row ids; unused
+    /// otherwise).
     pub next_row_id: u64,
     /// Vector indexes (definitions and shared models); see [`super::index_meta`].
     #[serde(default)]
@@ -318,21 +324,21 @@ pub struct Manifest {
     /// Segments of those indexes, oldest first.
     #[serde(default)]
     pub index_segments: Vec<IndexSegment>,
-    /// The id the next new segment gets.
+    /// The id the next new index segment gets.
     #[serde(default)]
     pub next_segment_id: u64,
     /// Fragment-reuse ledger: how rewrites moved rows (see [`crate::ledger`]), in commit
     /// order. Translation order is derived from lineage, not from this order.
     #[serde(default)]
     pub reuse_ledger: Vec<Transition>,
-    /// The id the next ledger transition gets.
+    /// The id the next reuse-ledger transition gets.
     #[serde(default)]
     pub next_transition_id: u64,
     /// Features a reader must know to read the table (see [`feature`]).
     pub reader_features: BTreeSet<String>,
-    /// Features a writer must know to write it.
+    /// Features a writer must know to write the table (see [`feature`]).
     pub writer_features: BTreeSet<String>,
-    /// What committed this version.
+    /// The commit that produced this version.
     pub transaction: TransactionRecord,
 }
 
@@ -381,7 +387,8 @@ impl Manifest {
         Ok(manifest)
     }
 
-    /// The table's Arrow schema.
+    /// The table's Arrow schema, parsed from the column definitions; an error when a
+    /// recorded type does not parse.
     pub fn arrow_schema(&self) -> Result<SchemaRef> {
         let fields = self
             .columns
@@ -396,12 +403,12 @@ impl Manifest {
         Ok(Arc::new(Schema::new(fields)))
     }
 
-    /// Rows not deleted, over all fragments.
+    /// Rows not deleted, summed over all fragments of this version.
     pub fn live_rows(&self) -> u64 {
         self.fragments.iter().map(Fragment::live_rows).sum()
     }
 
-    /// The fragment with id `id`.
+    /// The fragment with id `id`, if this version has it.
     pub fn fragment(&self, id: u64) -> Option<&Fragment> {
         self.fragments.iter().find(|f| f.id == id)
     }
@@ -580,12 +587,12 @@ impl Manifest {
 }
 
 impl Manifest {
-    /// The index named `name`.
+    /// The definition of the index named `name`, if the table has one.
     pub fn index(&self, name: &str) -> Option<&IndexDef> {
         self.indexes.iter().find(|i| i.name == name)
     }
 
-    /// The segments of index `name`, oldest first.
+    /// The segments of the index named `index`, oldest first.
     pub fn segments_of<'a>(
         &'a self,
         index: &'a str,
@@ -716,7 +723,7 @@ fn check_relative_path(path: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// Milliseconds since the Unix epoch, now.
+/// The current time in milliseconds since the Unix epoch (0 if the clock is before it).
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -43,19 +43,19 @@ pub struct RoundTrips {
     pub gets: u64,
     /// GETs of one byte range.
     pub range_gets: u64,
-    /// HEADs.
+    /// HEAD requests (metadata only, no body).
     pub heads: u64,
-    /// PUTs.
+    /// PUT requests: single puts, plus each multipart upload's start, parts and completion.
     pub puts: u64,
-    /// LISTs.
+    /// LIST requests, one per page of up to 1000 keys as S3 pages them.
     pub lists: u64,
-    /// DELETEs.
+    /// DELETE requests, one per object (an aborted multipart upload counts one).
     pub deletes: u64,
-    /// COPYs.
+    /// COPY requests.
     pub copies: u64,
-    /// Bytes received.
+    /// Body bytes received by GETs (whole and ranged).
     pub bytes_read: u64,
-    /// Bytes sent.
+    /// Payload bytes sent by PUTs and upload parts.
     pub bytes_written: u64,
 }
 
@@ -161,7 +161,8 @@ pub struct MeteredStore {
 }
 
 impl MeteredStore {
-    /// `inner`, counted.
+    /// A store that forwards every request to `inner` and counts it, with no added latency
+    /// at first.
     pub fn new(inner: Arc<dyn ObjectStore>) -> Self {
         Self {
             inner,

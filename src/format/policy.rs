@@ -51,17 +51,20 @@ pub struct MaintenancePolicy {
 
 /// Defaults of [`MaintenancePolicy`].
 pub mod defaults {
-    /// `auto_index_rows`.
+    /// Default `auto_index_rows`: append once 50,000 live rows are unindexed.
     pub const INDEX_ROWS: u64 = 50_000;
-    /// `auto_index_age_seconds`.
+    /// Default `auto_index_age_seconds`: append once the oldest unindexed rows waited
+    /// five minutes.
     pub const INDEX_AGE_SECONDS: u64 = 300;
-    /// `auto_merge_segments`.
+    /// Default `auto_merge_segments`: merge once an index has more than 8 segments.
     pub const MERGE_SEGMENTS: u64 = 8;
-    /// `auto_compact_small_fragments`.
+    /// Default `auto_compact_small_fragments`: compact a run of 16 small fragments of one
+    /// size tier.
     pub const COMPACT_SMALL_FRAGMENTS: u64 = 16;
-    /// `auto_vacuum_grace_seconds`.
+    /// Default `auto_vacuum_grace_seconds`: files and versions younger than 15 minutes
+    /// stay.
     pub const VACUUM_GRACE_SECONDS: u64 = 15 * 60;
-    /// `auto_step_bytes` (1 GiB).
+    /// Default `auto_step_bytes`: one task holds or rewrites at most 1 GiB.
     pub const STEP_BYTES: u64 = 1 << 30;
 }
 
@@ -281,9 +284,9 @@ impl MaintenancePolicy {
 /// One `SET (name = value)` (`value: Some`) or `RESET (name)` (`None`) of a transaction.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyChange {
-    /// The property.
+    /// The policy property's name, e.g. `auto_index_rows`.
     pub name: String,
-    /// Its new value; `None`: back to its default.
+    /// Its new value as written in `SET`; `None` for `RESET` (back to its default).
     pub value: Option<String>,
 }
 

@@ -10,20 +10,21 @@ use serde::{Deserialize, Serialize};
 /// Runs shorter than this are cheaper stored as plain ids than as their own range segment.
 const MIN_RUN: usize = 4;
 
-/// A run of a fragment's row ids.
+/// One piece of a fragment's row-id sequence, covering consecutive physical rows: a range of
+/// consecutive ids, or ids listed one by one.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RowIdSegment {
     /// `start..end`, end exclusive.
     Range {
-        /// The first id.
+        /// The id of the piece's first row.
         start: u64,
-        /// One past the last.
+        /// One past the id of its last row; the piece covers `end - start` rows.
         end: u64,
     },
-    /// Ids listed one by one.
+    /// Ids listed one per row, for ids that do not form runs worth a range.
     Ids {
-        /// The ids.
+        /// The rows' ids, in offset order.
         ids: Vec<u64>,
     },
 }
@@ -44,7 +45,7 @@ pub struct RowIdSequence {
 }
 
 impl RowIdSequence {
-    /// `len` consecutive ids from `start`.
+    /// The `len` consecutive ids `start..start + len` (empty when `len` is 0).
     pub fn from_range(start: u64, len: u64) -> Self {
         if len == 0 {
             return Self::default();
@@ -89,22 +90,22 @@ impl RowIdSequence {
         seq
     }
 
-    /// How many ids.
+    /// How many ids the sequence holds: one per physical row of its fragment.
     pub fn len(&self) -> u64 {
         self.segments.iter().map(RowIdSegment::len).sum()
     }
 
-    /// Whether it has none.
+    /// Whether the sequence holds no id.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Its runs.
+    /// The sequence's pieces, in offset order.
     pub fn segments(&self) -> &[RowIdSegment] {
         &self.segments
     }
 
-    /// The ids, in row order.
+    /// Every id, in row (offset) order.
     pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
         self.segments
             .iter()
@@ -143,7 +144,8 @@ impl RowIdSequence {
         }
     }
 
-    /// The ids of rows `offset..offset + len`.
+    /// The ids of rows `offset..offset + len`, as a new sequence (cut short at the end of
+    /// this one).
     pub fn slice(&self, offset: u64, len: u64) -> Self {
         let mut ids = Vec::with_capacity(len as usize);
         self.extend_slice(offset, len, &mut ids);

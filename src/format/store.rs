@@ -146,7 +146,8 @@ impl Database {
         self.known.interval()
     }
 
-    /// Where the database is (as opened).
+    /// The database's location as it was opened (a local path or a URL such as
+    /// `s3://bucket/prefix`).
     pub fn location(&self) -> &str {
         &self.location
     }
@@ -156,12 +157,13 @@ impl Database {
         &self.root
     }
 
-    /// Its object store.
+    /// The object store holding the database's files.
     pub fn store(&self) -> &Arc<dyn ObjectStore> {
         &self.store
     }
 
-    /// The directory of table `name` (which may not exist yet).
+    /// The folder of table `name`, whether or not the table exists; an error for a name
+    /// that cannot be a table name.
     pub fn table(&self, name: &str) -> Result<TableDir> {
         let folder = folder_name(name)?;
         Ok(TableDir {
@@ -427,12 +429,12 @@ pub struct TableDir {
 }
 
 impl TableDir {
-    /// The table's name.
+    /// The table's name (as given, not its folder name).
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// Its object store.
+    /// The object store holding the table's files.
     pub fn store(&self) -> &Arc<dyn ObjectStore> {
         &self.store
     }
@@ -559,7 +561,8 @@ impl TableDir {
         }
     }
 
-    /// The manifest of `version`.
+    /// Reads and decodes the manifest of `version` from the store (no cache);
+    /// `VersionNotFound` when the table has no such version.
     pub async fn load_manifest(&self, version: u64) -> Result<Manifest> {
         let path = self.manifest_path(version);
         let bytes = match self.store.get(&path).await {
@@ -585,7 +588,8 @@ impl TableDir {
         Ok(manifest)
     }
 
-    /// The table at `version`.
+    /// The table at `version`, its manifest from the database's cache when still valid;
+    /// `VersionNotFound` when the table has no such version.
     pub async fn snapshot(self: &Arc<Self>, version: u64) -> Result<Snapshot> {
         Snapshot::new(self.clone(), self.cached_manifest(version, None).await?)
     }
@@ -779,16 +783,17 @@ impl TableDir {
 /// One version of one table: what a query reads from start to end.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
-    /// The table's directory.
+    /// The folder of the table the snapshot reads.
     pub dir: Arc<TableDir>,
-    /// The version's manifest.
+    /// The manifest of the version read: everything the snapshot sees.
     pub manifest: Arc<Manifest>,
-    /// The table's Arrow schema at that version.
+    /// The table's Arrow schema at that version, parsed from the manifest's columns.
     pub schema: SchemaRef,
 }
 
 impl Snapshot {
-    /// The table of `dir` at `manifest`'s version.
+    /// The snapshot of `dir` at `manifest`'s version; an error when the manifest's column
+    /// types do not parse.
     pub fn new(dir: Arc<TableDir>, manifest: Arc<Manifest>) -> Result<Self> {
         let schema = manifest.arrow_schema()?;
         Ok(Self {
@@ -798,7 +803,7 @@ impl Snapshot {
         })
     }
 
-    /// Its version.
+    /// The table version the snapshot reads.
     pub fn version(&self) -> u64 {
         self.manifest.version
     }

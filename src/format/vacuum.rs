@@ -34,11 +34,12 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(15 * 60);
 /// What VACUUM removed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct VacuumMetrics {
-    /// Manifests removed.
+    /// Versions whose manifests were deleted.
     pub versions_removed: u64,
-    /// Files removed.
+    /// Unreferenced files deleted (data, deletion, index and row-map files, and leftover
+    /// temporary uploads of a local directory); manifests are not counted here.
     pub files_removed: u64,
-    /// Bytes they held.
+    /// Total size in bytes of the files counted in `files_removed`.
     pub bytes_removed: u64,
 }
 

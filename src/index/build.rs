@@ -42,7 +42,7 @@ pub const KMEANS_ITERATIONS: usize = 10;
 /// The live, non-NULL vectors of some fragments: addresses and a flat `n × dim` matrix.
 #[derive(Debug, Default)]
 pub struct Vectors {
-    /// Each vector's row address.
+    /// Each vector's row address, `(fragment_id << 32) | offset`.
     pub addrs: Vec<u64>,
     /// The vectors, `dim` floats each, in the order of `addrs`.
     pub values: Vec<f32>,
@@ -65,7 +65,7 @@ pub const READ_BATCH_ROWS: usize = 8192;
 /// The live, non-NULL rows of one batch read by [`scan_vectors`].
 #[derive(Debug, Clone, Copy)]
 pub struct LiveRows<'a> {
-    /// The rows' addresses.
+    /// The rows' addresses, `(fragment_id << 32) | offset`.
     pub addrs: &'a [u64],
     /// `addrs.len() × dim` floats.
     pub values: &'a [f32],

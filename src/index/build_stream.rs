@@ -141,9 +141,10 @@ pub struct StreamBuild<'a> {
     pub kind: &'a IndexKind,
     /// The distance it serves.
     pub metric: Metric,
-    /// IVF partitions (default √rows).
+    /// IVF partitions (default: √rows, clamped to [1, 1024]; see [`build::partitions_for`]).
     pub num_partitions: Option<usize>,
-    /// Rows k-means trains on (default: a size that trains well).
+    /// Rows k-means trains on (default: 256 per partition, cut to fit the budget but not
+    /// below 64; see [`build::sample_size_within`]).
     pub sample_size: Option<usize>,
     /// Memory the build may hold (samples, spill buffers).
     pub budget_bytes: usize,

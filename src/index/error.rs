@@ -18,7 +18,7 @@ pub enum IndexError {
     /// The reuse ledger could not translate a segment's rows.
     #[error("table '{table}': {source}")]
     Ledger {
-        /// The table.
+        /// The name of the table whose segment was being translated.
         table: String,
         /// What the ledger refused.
         #[source]
@@ -29,57 +29,57 @@ pub enum IndexError {
     DimensionMismatch {
         /// The query vector's dimensions.
         query: usize,
-        /// The column.
+        /// The vector column searched.
         column: String,
-        /// The column's dimensions.
+        /// The column's dimensions (its `VECTOR(n)`).
         column_dim: usize,
     },
     /// A segment names a row its fragment does not have.
     #[error("row {offset} is past the end of fragment {fragment} ({rows} rows): a corrupt index?")]
     RowOutOfRange {
-        /// The fragment.
+        /// The fragment's id.
         fragment: u64,
-        /// The row named.
+        /// The row's offset in the fragment, as the segment names it.
         offset: u64,
-        /// The rows the fragment has.
+        /// The rows the fragment has (deleted ones included), so `offset >= rows`.
         rows: u64,
     },
     /// A segment names a fragment the table does not have (a broken invariant).
     #[error("KNN candidate in fragment {fragment}, not in the table")]
     UnknownFragment {
-        /// The fragment named.
+        /// The fragment id the segment names.
         fragment: u64,
     },
     /// A fragment has no data file holding a column of the table schema.
     #[error("fragment {fragment} has no file for column {column}")]
     MissingColumn {
-        /// The fragment.
+        /// The fragment's id.
         fragment: u64,
-        /// The column.
+        /// The column's name, as in the table schema.
         column: String,
     },
     /// A statement names an index the table does not have.
     #[error("index '{index}' does not exist on table '{table}'")]
     NotFound {
-        /// The index named.
+        /// The index's name, as the statement gives it.
         index: String,
-        /// The table.
+        /// The table's name.
         table: String,
     },
     /// `CREATE VECTOR INDEX` of a name the table already has.
     #[error("index '{index}' already exists on table '{table}'")]
     AlreadyExists {
-        /// The index named.
+        /// The index's name, as the statement gives it.
         index: String,
-        /// The table.
+        /// The table's name.
         table: String,
     },
     /// An index on a column the table does not have.
     #[error("column '{column}' does not exist in table '{table}'")]
     NoSuchColumn {
-        /// The column named.
+        /// The column's name, as the statement gives it.
         column: String,
-        /// The table.
+        /// The table's name.
         table: String,
     },
     /// An index on a column that is not `VECTOR(n)`.
@@ -91,9 +91,9 @@ pub enum IndexError {
     /// Training or writing an index failed for a reason the user can act on.
     #[error("cannot build index '{index}': {reason}")]
     Build {
-        /// The index.
+        /// The index's name.
         index: String,
-        /// Why.
+        /// What went wrong, in words for the user (the message follows the index name).
         reason: String,
     },
 }

@@ -42,13 +42,13 @@ pub fn indexes_schema() -> SchemaRef {
 pub struct IndexFigures {
     /// The index's name.
     pub name: String,
-    /// Its segments.
+    /// How many segments it has.
     pub segments: u64,
     /// Rows its segments hold.
     pub rows: u64,
-    /// Fragments no segment owns, and their live rows.
+    /// Ids of the fragments no segment owns.
     pub unindexed_fragments: Vec<u64>,
-    /// ... and their live rows.
+    /// Live rows of those fragments (what brute force scores).
     pub unindexed_rows: u64,
     /// Rows of its largest partition.
     pub largest_partition_rows: u64,

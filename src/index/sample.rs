@@ -134,7 +134,8 @@ impl KeyBound {
         }
     }
 
-    /// Offers the row at stream position `addr`.
+    /// Offers the row at address `addr`: its [`sample_key`] is kept while among the
+    /// `capacity` smallest offered.
     pub fn offer(&mut self, addr: u64) {
         if self.capacity == 0 {
             return;

@@ -23,7 +23,7 @@ use crate::ledger::ids::split_row_address;
 pub struct Candidate {
     /// Smaller is nearer; `f32::INFINITY` for rows without a defined distance.
     pub key: f32,
-    /// The row's address.
+    /// The row's address, `(fragment_id << 32) | offset`.
     pub addr: u64,
 }
 
@@ -113,7 +113,7 @@ impl TopK {
         self.is_full() || self.ceiling.is_some()
     }
 
-    /// The k.
+    /// The most candidates it keeps.
     pub fn k(&self) -> usize {
         self.k
     }

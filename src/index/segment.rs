@@ -50,7 +50,7 @@ const FOOTER_HEAD: usize = 16;
 /// The rows of one partition of one segment.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Partition {
-    /// The rows' addresses.
+    /// The rows' addresses, `(fragment_id << 32) | offset`.
     pub addrs: Vec<u64>,
     /// `addrs.len() × width` bytes for PQ codes, or empty for IVF_FLAT.
     pub codes: Vec<u8>,
@@ -97,9 +97,9 @@ impl Partition {
 /// CRC32C of a partition's two byte blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionChecksum {
-    /// Of the address block.
+    /// CRC32C of the partition's address block.
     pub addrs: u32,
-    /// Of the payload block.
+    /// CRC32C of the partition's payload block (vectors or codes).
     pub payload: u32,
 }
 

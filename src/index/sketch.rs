@@ -30,7 +30,7 @@ use super::sq;
 /// A partition's addresses, quantized rows and per-row checksums (see the module docs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sketch {
-    /// The rows' addresses.
+    /// The rows' addresses, `(fragment_id << 32) | offset`.
     pub addrs: Vec<u64>,
     /// Their codes and bound terms.
     pub rows: QuantizedRows,

@@ -57,19 +57,19 @@ impl fmt::Display for FragmentId {
 pub struct RowAddr(pub u64);
 
 impl RowAddr {
-    /// The address of row `offset` of `fragment`.
+    /// The address of the row at position `offset` in `fragment`'s files.
     #[inline]
     pub fn new(fragment: FragmentId, offset: u32) -> Self {
         RowAddr(row_address(fragment.0, offset as u64))
     }
 
-    /// Its fragment.
+    /// The fragment that holds the row (the address's high 32 bits).
     #[inline]
     pub fn fragment(self) -> FragmentId {
         FragmentId(self.0 >> 32)
     }
 
-    /// Its row within the fragment.
+    /// The row's position in its fragment's files (the address's low 32 bits).
     #[inline]
     pub fn offset(self) -> u32 {
         (self.0 & 0xFFFF_FFFF) as u32

@@ -38,44 +38,47 @@ pub use translate::{LedgerView, LoadedMapping, LoadedTransition, PartitionMap};
 /// Errors of the ledger arithmetic: the ledger (or a file it references) is inconsistent.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
-    /// The ledger as a whole breaks an invariant (transitions out of order, say).
+    /// The ledger as a whole breaks an invariant (a transition id or fragment appears twice,
+    /// lineage forms a cycle), or a row map could not be read or answered inconsistently.
     #[error("reuse ledger is invalid: {0}")]
     Invalid(String),
-    /// One transition is inconsistent (its sources and destinations do not add up).
+    /// One transition is inconsistent: its digests or row counts do not add up, its row map
+    /// names a destination row it does not have, or it is asked about a non-source fragment.
     #[error("reuse ledger transition {transition}: {reason}")]
     Transition {
-        /// The transition's version.
+        /// The transition's id (`Transition::id`, unique within the table's ledger).
         transition: u64,
-        /// What is wrong with it.
+        /// What is wrong with it, in words.
         reason: String,
     },
-    /// A row address a transition maps is outside its fragment.
+    /// A row address given to a transition is past its source fragment's physical rows (or,
+    /// in a sorted sweep, comes before the previous one).
     #[error(
         "row address {addr:#x} (fragment {fragment}, offset {offset}) is outside its fragment in transition {transition}"
     )]
     OutOfRange {
-        /// The address.
+        /// The row address asked about (`(fragment << 32) | offset`).
         addr: u64,
-        /// Its fragment.
+        /// The address's fragment id (a source of the transition).
         fragment: u64,
-        /// Its offset.
+        /// The address's row offset within that fragment.
         offset: u64,
-        /// The transition's version.
+        /// The id of the transition that was asked to map it.
         transition: u64,
     },
-    /// A row map refused an operation.
+    /// A row map refused an operation (bad parameters or writer input, a failed lookup).
     #[error(transparent)]
     RowMap(#[from] row_map::RowMapError),
     /// A block of a row-map file failed its checks when it was read.
     #[error("corrupt row map {path}: {source}")]
     RowMapFile {
-        /// The file.
+        /// The row-map file's path in the object store.
         path: String,
-        /// What its check found.
+        /// The check the block failed.
         #[source]
         source: row_map::RowMapError,
     },
 }
 
-/// The ledger's result.
+/// The result of ledger operations, failing with [`LedgerError`].
 pub type Result<T> = std::result::Result<T, LedgerError>;

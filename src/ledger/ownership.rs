@@ -20,21 +20,21 @@ use crate::ledger::ids::split_row_address;
 /// How much of one current fragment a segment owns.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Coverage {
-    /// Every row of the fragment.
+    /// The segment owns every row of the fragment.
     Whole,
-    /// These rows (offsets) of it.
+    /// The segment owns these rows, as offsets within the fragment's files.
     Rows(RoaringBitmap),
 }
 
 /// A segment's ownership over the current fragments.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SegmentOwnership {
-    /// What it owns of each fragment it owns rows of.
+    /// Coverage per current fragment id; a fragment the segment owns no row of is absent.
     pub fragments: BTreeMap<u64, Coverage>,
 }
 
 impl SegmentOwnership {
-    /// Whether it owns any row of `fragment`.
+    /// Whether the segment owns at least one row of `fragment` (a current fragment id).
     pub fn owns_fragment(&self, fragment: u64) -> bool {
         self.fragments.contains_key(&fragment)
     }

@@ -132,333 +132,353 @@ pub type Result<T> = std::result::Result<T, RowMapError>;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RowMapError {
     // Parameters.
-    /// Reported as `row map: block_rows is {found}, it must be in 1..={max}`.
+    /// `block_rows` is 0 or above [`MAX_BLOCK_ROWS`] (given to a writer or counts matrix,
+    /// or read from a footer).
     #[error("row map: block_rows is {found}, it must be in 1..={max}")]
     BlockRows {
-        /// What was found.
+        /// The rows per block asked for or read.
         found: u64,
-        /// The largest allowed.
+        /// The largest allowed, [`MAX_BLOCK_ROWS`].
         max: u32,
     },
-    /// Reported as `row map: {num_destinations} destinations for {live_rows} live rows; need 1..=65535 (0 only when no row is live)`.
+    /// The destination count is above [`MAX_DESTINATIONS`], or zero while some source row
+    /// is live.
     #[error(
         "row map: {num_destinations} destinations for {live_rows} live rows; \
          need 1..=65535 (0 only when no row is live)"
     )]
     Destinations {
-        /// Destinations of the map.
+        /// The destination count asked for (or found in a counts matrix).
         num_destinations: usize,
-        /// Live rows of the sources.
+        /// Live rows of the sources (for a counts matrix, its largest destination total).
         live_rows: u64,
     },
-    /// Reported as `row map: {what} overflows`.
+    /// A size computed from the input (total rows, block count, counts matrix, a
+    /// destination offset) overflows its integer type or cannot be allocated.
     #[error("row map: {what} overflows")]
     TooLarge {
-        /// What was being read or computed.
+        /// The quantity that overflowed.
         what: &'static str,
     },
 
     // Writer input.
-    /// Reported as `row map writer: source {source_index} lists deleted offset {offset}, but has only {physical_rows} physical rows`.
+    /// A writer source lists a deleted offset at or past its physical row count.
     #[error(
         "row map writer: source {source_index} lists deleted offset {offset}, \
          but has only {physical_rows} physical rows"
     )]
     DeletedOffsetOutOfRange {
-        /// The source fragment, by position.
+        /// Position of the source in the writer's source list.
         source_index: usize,
-        /// The offset.
+        /// The deleted offset, a row position within that source.
         offset: u32,
-        /// Physical rows of the source.
+        /// Physical rows of the source, deleted ones included.
         physical_rows: u64,
     },
-    /// Reported as `row map writer: source {source_index} deleted offsets must strictly increase, but entry {index} is {offset} after {previous}`.
+    /// A writer source's deleted offsets are not strictly increasing.
     #[error(
         "row map writer: source {source_index} deleted offsets must strictly increase, \
          but entry {index} is {offset} after {previous}"
     )]
     DeletedOffsetsUnsorted {
-        /// The source fragment, by position.
+        /// Position of the source in the writer's source list.
         source_index: usize,
-        /// Position in the list.
+        /// Position of the offending entry in the source's deleted list.
         index: usize,
-        /// The value before it.
+        /// The entry before it.
         previous: u32,
-        /// The offset.
+        /// The offending entry, not greater than `previous`.
         offset: u32,
     },
-    /// Reported as `row map writer: label {label} of live row {live_row} is not below num_destinations = {num_destinations}`.
+    /// A label pushed to the writer (or given to `CountsMatrix::from_labels`) is not
+    /// below the destination count.
     #[error(
         "row map writer: label {label} of live row {live_row} is not below \
          num_destinations = {num_destinations}"
     )]
     LabelOutOfRange {
-        /// The label.
+        /// The label, an index into the destination list.
         label: u16,
-        /// The live row, in order.
+        /// How many live rows came before the labelled row (0 for the first).
         live_row: u64,
-        /// Destinations of the map.
+        /// The map's destination count.
         num_destinations: usize,
     },
-    /// Reported as `row map writer: more labels than the sources' {live_rows} live rows`.
+    /// A label is pushed after every live source row already has one.
     #[error("row map writer: more labels than the sources' {live_rows} live rows")]
     TooManyLabels {
-        /// Live rows of the sources.
+        /// Live rows of the sources, the number of labels the writer takes.
         live_rows: u64,
     },
-    /// Reported as `row map writer: finished after {pushed} labels, but the sources have {live_rows} live rows`.
+    /// The writer is finished before every live source row got a label.
     #[error(
         "row map writer: finished after {pushed} labels, but the sources have {live_rows} live rows"
     )]
     TooFewLabels {
-        /// Labels pushed.
+        /// Labels pushed before `finish`.
         pushed: u64,
-        /// Live rows of the sources.
+        /// Live rows of the sources, the number of labels expected.
         live_rows: u64,
     },
-    /// Reported as `row map writer: destination {destination} would receive more than u32::MAX rows`.
+    /// One more row for a destination would take it past `u32::MAX` rows (a row
+    /// address's offset).
     #[error("row map writer: destination {destination} would receive more than u32::MAX rows")]
     DestinationOverflow {
-        /// The destination.
+        /// The destination's label.
         destination: u16,
     },
-    /// Reported as `row map writer: expected totals list {found} destinations, the map has {expected}`.
+    /// The per-destination row counts given to `finish` do not have one entry per
+    /// destination.
     #[error("row map writer: expected totals list {found} destinations, the map has {expected}")]
     ExpectedTotalsLen {
-        /// What was expected.
+        /// The map's destination count.
         expected: usize,
-        /// What was found.
+        /// Entries given.
         found: usize,
     },
-    /// Reported as `row map writer: destination {destination} received {found} rows, expected {expected}`.
+    /// At `finish`, the rows labelled for a destination differ from the rows the rewrite
+    /// says it wrote there.
     #[error("row map writer: destination {destination} received {found} rows, expected {expected}")]
     DestinationTotal {
-        /// The destination.
+        /// The destination's index in the destination list.
         destination: usize,
-        /// What was expected.
+        /// Rows the rewrite says it wrote to the destination.
         expected: u64,
-        /// What was found.
+        /// Rows the pushed labels sent there.
         found: u64,
     },
 
     // Decoding.
-    /// Reported as `row map {what}: bad magic {found:02x?}, expected "FVRM"`.
+    /// The header, footer or trailer lacks [`FILE_MAGIC`]: not a row-map file, or a
+    /// damaged one.
     #[error("row map {what}: bad magic {found:02x?}, expected \"FVRM\"")]
     BadMagic {
-        /// What was being read or computed.
+        /// The part read: `header`, `footer` or `trailer`.
         what: &'static str,
-        /// What was found.
+        /// The four bytes found where the magic belongs.
         found: [u8; 4],
     },
-    /// Reported as `row map: format version {found} is not supported (this reader knows versions 1 to {supported})`.
+    /// The file's format version is outside [`OLDEST_READABLE_VERSION`] to
+    /// [`FORMAT_VERSION`] (typically a newer writer's file).
     #[error(
         "row map: format version {found} is not supported (this reader knows versions 1 to {supported})"
     )]
     UnsupportedVersion {
-        /// What was found.
+        /// The version the file records.
         found: u16,
-        /// The newest this reader knows.
+        /// The newest version this reader knows, [`FORMAT_VERSION`].
         supported: u16,
     },
-    /// Reported as `row map: representation tag {found} is unknown (this reader knows tag {supported}, blocked labels)`.
+    /// The file's representation tag is not [`REPR_BLOCKED_LABELS`].
     #[error(
         "row map: representation tag {found} is unknown (this reader knows tag {supported}, \
          blocked labels)"
     )]
     UnknownRepresentation {
-        /// What was found.
+        /// The tag the file records.
         found: u16,
-        /// The newest this reader knows.
+        /// The one tag this reader knows, [`REPR_BLOCKED_LABELS`].
         supported: u16,
     },
-    /// Reported as `row map {what}: needs {needed} bytes, only {available} available`.
+    /// Fewer bytes than a field or section needs: a tail read too short for the trailer or
+    /// footer, or a footer or block that ends early.
     #[error("row map {what}: needs {needed} bytes, only {available} available")]
     Truncated {
-        /// What was being read or computed.
+        /// The part and field being read (`footer totals`, `file tail (footer)`, ...).
         what: String,
-        /// Bytes needed.
+        /// Bytes the read needs.
         needed: u64,
-        /// Bytes available.
+        /// Bytes that were left.
         available: u64,
     },
-    /// Reported as `row map footer: checksum {found:#010x} does not match the stored {expected:#010x}`.
+    /// The footer's checksum does not match the one stored in the trailer.
     #[error("row map footer: checksum {found:#010x} does not match the stored {expected:#010x}")]
     FooterChecksum {
-        /// What was expected.
+        /// The checksum stored in the trailer.
         expected: u32,
-        /// What was found.
+        /// The checksum of the footer bytes as read.
         found: u32,
     },
-    /// Reported as `row map block {block}: checksum {found:#010x} does not match the stored {expected:#010x}`.
+    /// A block's bytes do not match the checksum the footer stores for it.
     #[error(
         "row map block {block}: checksum {found:#010x} does not match the stored {expected:#010x}"
     )]
     BlockChecksum {
-        /// The block.
+        /// The block's index.
         block: usize,
-        /// What was expected.
+        /// The checksum the footer stores.
         expected: u32,
-        /// What was found.
+        /// The checksum of the bytes as read.
         found: u32,
     },
-    /// Reported as `row map footer: {0}`.
+    /// The file is malformed in a way no more specific variant names (footer shape or
+    /// sizes, an over-long varint, trailing bytes); the message says what.
     #[error("row map footer: {0}")]
     Corrupt(String),
-    /// Reported as `row map counts: destination {destination} goes from {previous} to {found} at block {block}; cumulative counts must not decrease`.
+    /// A destination's cumulative count decreases from one block to the next.
     #[error(
         "row map counts: destination {destination} goes from {previous} to {found} at block \
          {block}; cumulative counts must not decrease"
     )]
     CountsNotMonotone {
-        /// The block.
+        /// The block across which the count decreases.
         block: usize,
-        /// The destination.
+        /// The destination's index.
         destination: usize,
-        /// The value before it.
+        /// Its cumulative count before the block.
         previous: u32,
-        /// What was found.
+        /// Its cumulative count after the block, below `previous`.
         found: u32,
     },
-    /// Reported as `row map counts: block {block} has {live} live rows but only {block_len} rows`.
+    /// The counts give a block more live rows than the block has rows.
     #[error("row map counts: block {block} has {live} live rows but only {block_len} rows")]
     BlockOverBudget {
-        /// The block.
+        /// The block's index.
         block: usize,
-        /// Live rows the counts give it.
+        /// Live rows the counts give the block (summed over destinations).
         live: u64,
-        /// Rows in the block.
+        /// Rows in the block, deleted ones included.
         block_len: u32,
     },
-    /// Reported as `row map counts: destination {destination} totals {total} rows, but its cumulative counts end at {last}`.
+    /// The footer's per-destination total differs from where that destination's cumulative
+    /// counts end.
     #[error(
         "row map counts: destination {destination} totals {total} rows, \
          but its cumulative counts end at {last}"
     )]
     TotalsDisagree {
-        /// The destination.
+        /// The destination's index.
         destination: usize,
-        /// The destination's total.
+        /// The total the footer records for it.
         total: u32,
-        /// Where its cumulative counts end.
+        /// Its cumulative count after the last block.
         last: u32,
     },
-    /// Reported as `row map block {block}: {what}: expected {expected}, found {found}`.
+    /// A block disagrees with the footer or with the block asked for: wrong byte length,
+    /// wrong index, wrong row count, or a live-row count other than its counts say.
     #[error("row map block {block}: {what}: expected {expected}, found {found}")]
     BlockMismatch {
-        /// The block.
+        /// The index of the block concerned (for an index mismatch, the one expected).
         block: usize,
-        /// What was being read or computed.
+        /// The quantity compared.
         what: &'static str,
-        /// What was expected.
+        /// The value the footer or the request implies.
         expected: u64,
-        /// What was found.
+        /// The value the block has.
         found: u64,
     },
-    /// Reported as `row map block {block}: label {label} appears {found} times, the counts say {expected}`.
+    /// A decoded block holds a label a different number of times than the footer's counts
+    /// for that block say.
     #[error(
         "row map block {block}: label {label} appears {found} times, the counts say {expected}"
     )]
     BlockLabelCount {
-        /// The block.
+        /// The block's index.
         block: usize,
-        /// The label.
+        /// The label (destination index).
         label: u16,
-        /// What was expected.
+        /// Rows the footer's counts give that label in the block.
         expected: u32,
-        /// What was found.
+        /// Rows of the decoded block that carry it.
         found: u32,
     },
-    /// Reported as `row map block {block}: unknown encoding flags {flags:#04x}`.
+    /// A block's flags byte names a deletion or label encoding this reader does not know,
+    /// or sets a reserved bit.
     #[error("row map block {block}: unknown encoding flags {flags:#04x}")]
     UnknownBlockEncoding {
-        /// The block.
+        /// The block's index.
         block: usize,
-        /// The encoding flags.
+        /// The flags byte as read.
         flags: u8,
     },
-    /// Reported as `row map block {block}: {reason}`.
+    /// A block's bytes do not decode (deletions past its end, set padding bits, a label code
+    /// outside its dictionary, trailing bytes).
     #[error("row map block {block}: {reason}")]
     CorruptBlock {
-        /// The block.
+        /// The block's index.
         block: usize,
-        /// What is wrong.
+        /// What the decoder found, in words.
         reason: String,
     },
 
     // Lookups.
-    /// Reported as `row map: block {block} does not exist ({num_blocks} blocks)`.
+    /// A block index at or past the map's block count is asked for.
     #[error("row map: block {block} does not exist ({num_blocks} blocks)")]
     BlockOutOfRange {
-        /// The block.
+        /// The block index asked for.
         block: usize,
         /// Blocks in the map.
         num_blocks: usize,
     },
-    /// Reported as `row map: row {row} is outside the {total_rows} source rows`.
+    /// A source row at or past the map's total rows is looked up (or a sweep starts past the
+    /// end).
     #[error("row map: row {row} is outside the {total_rows} source rows")]
     RowOutOfRange {
-        /// The row.
+        /// The source row asked for, numbered over all sources in scan order.
         row: u64,
-        /// Source rows of the map.
+        /// Physical source rows of the map, deleted ones included.
         total_rows: u64,
     },
-    /// Reported as `row map: position {pos} is outside block {block} of {len} rows`.
+    /// An in-block position at or past the block's row count is translated (or a row of a
+    /// sorted run falls outside the run's block).
     #[error("row map: position {pos} is outside block {block} of {len} rows")]
     PositionOutOfRange {
-        /// The block.
+        /// The block's index.
         block: usize,
-        /// The position.
+        /// The position asked for within the block (saturated to `u32::MAX`).
         pos: u32,
-        /// Rows in the block.
+        /// Rows in the block, deleted ones included.
         len: u32,
     },
-    /// Reported as `row map block {block}: label {label} has no base count ({num_destinations} destinations)`.
+    /// A block's label has no base count: it is not below the destination count of the
+    /// counts it is translated with (a block built in memory, or paired with the wrong map).
     #[error(
         "row map block {block}: label {label} has no base count ({num_destinations} destinations)"
     )]
     LabelWithoutBase {
-        /// The block.
+        /// The block's index.
         block: usize,
         /// The label.
         label: u16,
-        /// Destinations of the map.
+        /// Destinations the base counts cover.
         num_destinations: usize,
     },
-    /// Reported as `row map: rows must be sorted, but row {row} at index {index} follows {previous}`.
+    /// Rows given for a sorted batch translation decrease somewhere.
     #[error("row map: rows must be sorted, but row {row} at index {index} follows {previous}")]
     UnsortedRows {
-        /// Position in the list.
+        /// Position in the batch of the first row smaller than its predecessor.
         index: usize,
-        /// The value before it.
+        /// The row before it.
         previous: u64,
-        /// The row.
+        /// The row at `index`, less than `previous`.
         row: u64,
     },
-    /// Reported as `row map: block {block} is needed but was not supplied`.
+    /// A sorted batch needs a block the caller's block supplier does not have.
     #[error("row map: block {block} is needed but was not supplied")]
     MissingBlock {
-        /// The block.
+        /// The block's index.
         block: usize,
     },
-    /// Reported as `row map sweep: expected block {expected_block} ({expected_len} rows), got block {found_block} ({found_len} rows)`.
+    /// A sweep is given a block other than the one it is at (blocks must come in order,
+    /// each with its full row count).
     #[error(
         "row map sweep: expected block {expected_block} ({expected_len} rows), \
          got block {found_block} ({found_len} rows)"
     )]
     SweepOrder {
-        /// The block expected next.
+        /// The block the sweep is at.
         expected_block: usize,
-        /// Its rows.
+        /// Rows that block has.
         expected_len: u32,
-        /// The block given.
+        /// The index of the block given.
         found_block: usize,
-        /// Its rows.
+        /// Rows of the block given.
         found_len: u32,
     },
-    /// Reported as `row map sweep: all {total_rows} rows were already emitted`.
+    /// A sweep is given a block after it already emitted every row.
     #[error("row map sweep: all {total_rows} rows were already emitted")]
     SweepFinished {
-        /// Source rows of the map.
+        /// Physical source rows of the map, all of them emitted.
         total_rows: u64,
     },
 }
@@ -630,12 +650,12 @@ impl CountsMatrix {
         Ok(())
     }
 
-    /// Destinations rows are mapped to.
+    /// Destinations the map routes rows to (the length of every row of counts).
     pub fn num_destinations(&self) -> usize {
         self.num_destinations
     }
 
-    /// Rows per block (the last block may have fewer).
+    /// Source rows per block; only the last block may have fewer.
     pub fn block_rows(&self) -> u32 {
         self.block_rows
     }
@@ -645,7 +665,8 @@ impl CountsMatrix {
         self.total_rows
     }
 
-    /// How many blocks.
+    /// Blocks the source rows are split into: `total_rows` divided by `block_rows`, rounded
+    /// up.
     pub fn num_blocks(&self) -> usize {
         self.num_blocks
     }

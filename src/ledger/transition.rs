@@ -9,16 +9,16 @@ use super::{LedgerError, Result};
 /// A fragment as a rewrite saw it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct FragmentDigest {
-    /// The fragment's id.
+    /// The fragment's id (a source's as it was, a destination's as the rewrite assigned it).
     pub id: u64,
-    /// Rows in its data files, deleted ones included.
+    /// Rows in the fragment's data files, deleted ones included; at most `u32::MAX`.
     pub physical_rows: u64,
     /// Rows already deleted when the rewrite read the fragment (they do not move).
     pub deleted_rows: u64,
 }
 
 impl FragmentDigest {
-    /// Rows not deleted (the ones that move).
+    /// Rows not deleted when the rewrite read the fragment: the ones that moved.
     pub fn live_rows(&self) -> u64 {
         self.physical_rows - self.deleted_rows
     }
@@ -37,23 +37,25 @@ pub enum Mapping {
     /// `removed_crc32c[i]` is that file's CRC32C when the source's manifest entry recorded
     /// one (empty for transitions written before checksums; such files are read unverified).
     OrderedCompaction {
-        /// Per source, its deletion file as the rewrite read it.
+        /// Per source, in source order: the path of its deletion file as the rewrite read it,
+        /// relative to the table root (`None`: no row was deleted).
         removed: Vec<Option<String>>,
-        /// Per source, that file's CRC32C (empty: not recorded).
+        /// Per source: the CRC32C of that deletion file, when recorded; empty when no source
+        /// recorded one.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         removed_crc32c: Vec<Option<u32>>,
     },
     /// A stable partition: one label per physical source row in a row-map file.
     StablePartition {
-        /// The row-map file.
+        /// The row-map file's path, relative to the table root.
         row_map: String,
-        /// Its size in bytes.
+        /// The row-map file's size in bytes (readers fetch its tail from this length).
         size_bytes: u64,
     },
 }
 
 impl Mapping {
-    /// Its kind as the manifest names it (one of [`KNOWN_MAPPINGS`]).
+    /// The mapping's kind as the manifest's `kind` tag names it (one of [`KNOWN_MAPPINGS`]).
     pub fn kind(&self) -> &'static str {
         match self {
             Mapping::OrderedCompaction { .. } => "ordered_compaction",
@@ -81,11 +83,11 @@ pub struct Transition {
     pub source_version: u64,
     /// The version that installed it.
     pub committed_version: u64,
-    /// The fragments rewritten, in logical order.
+    /// The fragments the rewrite replaced, in logical (scan) order, as it read them.
     pub sources: Vec<FragmentDigest>,
-    /// The fragments written, in logical order.
+    /// The fragments the rewrite wrote, in logical order; they are born without deletions.
     pub destinations: Vec<FragmentDigest>,
-    /// How the sources' rows went to the destinations.
+    /// Where each live source row went among the destinations.
     pub mapping: Mapping,
 }
 

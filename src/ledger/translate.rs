@@ -23,18 +23,18 @@ pub trait PartitionMap: Send + Sync + Debug {
 /// A transition with what its mapping needs in memory.
 #[derive(Debug)]
 pub enum LoadedMapping {
-    /// An ordered compaction's remap (rows keep their order).
+    /// An ordered compaction's remap, built from the sources' removed-row bitmaps.
     Ordered(OrderedRemap),
-    /// A stable partition's labels, read from its row-map file.
+    /// A stable partition's row map, whose blocks are read from its file on demand.
     Partition(Arc<dyn PartitionMap>),
 }
 
 /// A transition and its mapping, ready to translate rows.
 #[derive(Debug)]
 pub struct LoadedTransition {
-    /// The transition.
+    /// The transition as the manifest records it.
     pub transition: Transition,
-    /// Its mapping, loaded.
+    /// The in-memory form of `transition.mapping`.
     pub mapping: LoadedMapping,
 }
 
@@ -51,7 +51,8 @@ pub struct LedgerView {
 }
 
 impl LedgerView {
-    /// The view of `loaded` (in any order: it is put in lineage order and validated).
+    /// A view of the `loaded` transitions, given in any order: they are validated (see
+    /// [`validate`]) and kept in lineage order.
     pub fn new(loaded: Vec<LoadedTransition>) -> Result<Self> {
         let plain: Vec<Transition> = loaded.iter().map(|l| l.transition.clone()).collect();
         let order = validate(&plain)?;
@@ -83,7 +84,7 @@ impl LedgerView {
         })
     }
 
-    /// Whether the ledger has no transition.
+    /// Whether the ledger has no transition, so every row address is current.
     pub fn is_empty(&self) -> bool {
         self.transitions.is_empty()
     }

@@ -67,9 +67,9 @@ pub struct IndexFacts {
     pub name: String,
     /// Its segments, oldest first.
     pub segments: Vec<SegmentFacts>,
-    /// Fragments no segment owns...
+    /// Ids of the fragments no segment owns.
     pub unindexed_fragments: Vec<u64>,
-    /// ... and their live rows.
+    /// Live rows of those fragments (what an append would index).
     pub unindexed_rows: u64,
     /// How long the oldest unindexed fragment has existed.
     pub oldest_unindexed_age_ms: Option<u64>,
@@ -109,14 +109,14 @@ pub enum Task {
     },
     /// `OPTIMIZE INDEX ... APPEND`: index the unindexed fragments.
     Append {
-        /// The index.
+        /// The index's name.
         index: String,
         /// Rows it will index.
         rows: u64,
     },
     /// `OPTIMIZE INDEX ... MERGE`: merge the newest segments into one.
     Merge {
-        /// The index.
+        /// The index's name.
         index: String,
         /// How many of its newest segments.
         segments: usize,
@@ -125,7 +125,7 @@ pub enum Task {
     },
     /// Retrain the index: its partitions drifted apart in size.
     Retrain {
-        /// The index.
+        /// The index's name.
         index: String,
         /// Its partition imbalance (see [`IndexFacts::imbalance`]).
         imbalance: f64,

@@ -39,7 +39,8 @@ pub enum RewriteError {
     /// The RECLUSTER key (or filter) could not be evaluated over the rows.
     #[error("cannot evaluate the RECLUSTER key: {source}")]
     KeyEvaluation {
-        /// Why.
+        /// The error the key's or filter's evaluation
+        /// ([`recluster::RowColumns::evaluate`]) returned.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },

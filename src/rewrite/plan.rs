@@ -197,7 +197,7 @@ pub enum PlanError {
     ZeroSourceFragmentBudget,
     /// A fragment claims more deleted rows than it stores.
     DeletedExceedsPhysical {
-        /// The fragment.
+        /// The fragment's id.
         id: u64,
         /// Rows it stores.
         physical_rows: u64,

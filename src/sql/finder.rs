@@ -18,11 +18,12 @@ use datafusion::sql::sqlparser::ast::{
 use super::pin::normalize_ident;
 use crate::format::manifest::{ROW_ADDR, ROW_ID};
 
-/// Column names of the finder's bookkeeping columns: the target row's address...
+/// Name of the finder's bookkeeping column holding the target row's address (`_rowaddr`).
 pub const ADDR: &str = "__fv_addr";
-/// ... its row id...
+/// Name of the finder's bookkeeping column holding the target row's stable id (`_rowid`).
 pub const ROWID: &str = "__fv_rowid";
-/// ... and what happens to it ([`Action::code`]).
+/// Name of the finder's bookkeeping column saying what happens to the row
+/// ([`Action::code`]); a finder without it applies its `default_action` to every row.
 pub const ACTION: &str = "__fv_action";
 
 /// What happens to one finder row.
@@ -69,7 +70,8 @@ pub struct DmlTarget {
 /// A DML statement's finder: the query whose rows say which target rows change and how.
 #[derive(Debug, Clone)]
 pub struct Finder {
-    /// The query.
+    /// The query, as SQL text: the bookkeeping columns ([`ADDR`], [`ROWID`], and [`ACTION`]
+    /// for MERGE) then, for UPDATE and MERGE, every target column's new value.
     pub sql: String,
     /// Action of rows when the finder has no action column.
     pub default_action: Action,

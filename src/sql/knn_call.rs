@@ -35,7 +35,7 @@ pub struct KnnCall {
     pub column: String,
     /// The query vector, as SQL text.
     pub vector: String,
-    /// How many rows.
+    /// How many nearest rows the call returns.
     pub k: u64,
     /// The prefilter, a condition on the table's columns.
     pub filter: Option<Expr>,

@@ -26,58 +26,59 @@ pub enum FragvecStatement {
     DataFusion(Box<DFStatement>),
     /// `CREATE VECTOR INDEX name ON t (col) USING IVF_FLAT | IVF_SQ | IVF_PQ [WITH (k = v, ...)]`
     CreateVectorIndex {
-        /// The index's name.
+        /// The index's name, normalized (unquoted names lower-cased).
         name: String,
-        /// The table.
+        /// The table's name, normalized (unquoted names lower-cased).
         table: String,
-        /// The vector column it indexes.
+        /// The vector column it indexes, normalized.
         column: String,
-        /// The index type as written (`IVF_FLAT`, `IVF_SQ`, `IVF_PQ`).
+        /// The index type, upper-cased but not yet checked (`IVF_FLAT`, `IVF_SQ`, `IVF_PQ`).
         kind: String,
-        /// The `WITH (k = v, ...)` options, as written.
+        /// The `WITH (k = v, ...)` options in order: keys lower-cased, values as written.
         options: Vec<(String, String)>,
     },
     /// `DROP INDEX [IF EXISTS] name ON t`
     DropIndex {
-        /// The index's name.
+        /// The index's name, normalized (unquoted names lower-cased).
         name: String,
-        /// The table.
+        /// The table's name, normalized (unquoted names lower-cased).
         table: String,
         /// `IF EXISTS`: no error when there is no such index.
         if_exists: bool,
     },
     /// `OPTIMIZE INDEX name ON t [APPEND | MERGE n | RETRAIN]`
     OptimizeIndex {
-        /// The index's name.
+        /// The index's name, normalized (unquoted names lower-cased).
         name: String,
-        /// The table.
+        /// The table's name, normalized (unquoted names lower-cased).
         table: String,
-        /// What to do.
+        /// Which rewrite of the index's segments to run.
         action: OptimizeAction,
     },
     /// `COMPACT t [WITH (target_rows_per_fragment = n, max_source_fragments = n,
     /// max_source_rows = n, deletion_threshold = x)]`
     Compact {
-        /// The table.
+        /// The table's name, normalized (unquoted names lower-cased).
         table: String,
-        /// The `WITH (k = v, ...)` options, as written.
+        /// The `WITH (k = v, ...)` options in order: keys lower-cased, values as written.
         options: Vec<(String, String)>,
     },
     /// `RECLUSTER t [BY (expr, ...)] [WITH (target_rows_per_fragment = n | destinations = m)]
     /// [WHERE p]`; without BY, the table's stored CLUSTER BY key. Expressions as SQL text.
     Recluster {
-        /// The table.
+        /// The table's name, normalized (unquoted names lower-cased).
         table: String,
         /// The `BY (...)` expressions (empty: the table's CLUSTER BY key).
         keys: Vec<String>,
-        /// The `WITH (k = v, ...)` options, as written.
+        /// The `WITH (k = v, ...)` options in order: keys lower-cased, values as written.
         options: Vec<(String, String)>,
-        /// The `WHERE` condition.
+        /// The `WHERE` condition as SQL text, its pgvector and DuckDB spellings already
+        /// rewritten to fragvec's functions.
         filter: Option<String>,
     },
     /// `VACUUM t [RETAIN n VERSIONS]`
     Vacuum {
-        /// The table.
+        /// The table's name, normalized (unquoted names lower-cased).
         table: String,
         /// `RETAIN n VERSIONS` (default: the table's retention).
         retain_versions: Option<u64>,
@@ -85,17 +86,17 @@ pub enum FragvecStatement {
     /// `ALTER TABLE t SET (name = value, ...)` / `ALTER TABLE t RESET (name, ...)`: table
     /// (maintenance) properties; `None` resets one to its default.
     AlterTableProperties {
-        /// The table.
+        /// The table's name, normalized (unquoted names lower-cased).
         table: String,
-        /// Each property and its new value (`None`: back to its default).
+        /// Each property (name lower-cased) and its new value (`None`: back to its default).
         changes: Vec<(String, Option<String>)>,
     },
     /// `MAINTAIN t [WITH (name = value, ...)]`: one maintenance round now, under the table's
     /// policy with the options overriding it for this round.
     Maintain {
-        /// The table.
+        /// The table's name, normalized (unquoted names lower-cased).
         table: String,
-        /// The `WITH (k = v, ...)` options, as written.
+        /// The `WITH (k = v, ...)` options in order: keys lower-cased, values as written.
         options: Vec<(String, String)>,
     },
 }

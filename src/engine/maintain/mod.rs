@@ -41,7 +41,7 @@ pub const MAX_TASKS: usize = 8;
 /// What one round did.
 #[derive(Clone, Debug, Default)]
 pub struct RoundReport {
-    /// The table.
+    /// The table's name.
     pub table: String,
     /// The tasks run, as journaled.
     pub tasks: Vec<TaskRecord>,

@@ -14,7 +14,8 @@ use super::super::error::FormatError;
 
 /// An error that may say "a concurrent commit won; run the statement again".
 pub trait Retryable {
-    /// Whether running the statement again may succeed.
+    /// Whether running the statement again from a fresh read may succeed (a concurrent
+    /// commit won).
     fn is_retryable(&self) -> bool;
 }
 

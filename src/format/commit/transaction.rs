@@ -35,22 +35,23 @@ pub enum NewRowIds {
 /// A fragment written but not yet committed: it gets its id when the commit assigns one.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NewFragment {
-    /// Its data files.
+    /// The fragment's data files, already in the store, and its row count.
     pub written: WrittenFragment,
-    /// The row ids its rows get.
+    /// Where its rows' stable ids come from.
     pub row_ids: NewRowIds,
 }
 
 /// A segment written but not yet committed: it gets its id when the commit assigns one.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NewSegment {
-    /// The segment file.
+    /// The segment file's path, relative to the table root; already written.
     pub file: String,
-    /// Its size in bytes.
+    /// The segment file's size in bytes.
     pub size_bytes: u64,
-    /// Rows it holds.
+    /// Rows (vectors) the segment file holds.
     pub rows: u64,
-    /// Fragments it owns rows of.
+    /// Ids of the fragments whose rows the file holds, in the id domain of the version the
+    /// build read.
     pub fragment_bitmap: BTreeSet<u64>,
 }
 
@@ -59,26 +60,27 @@ pub struct NewSegment {
 pub enum IndexChange {
     /// A new index with its first segments.
     Create {
-        /// The index.
+        /// The new index's definition.
         def: IndexDef,
-        /// Its first segments.
+        /// Its first segments, already written.
         segments: Vec<NewSegment>,
     },
-    /// Drops an index.
+    /// Drops an index and all its segments.
     Drop {
-        /// The index.
+        /// The name of the index to drop.
         name: String,
     },
     /// Replaces some segments of an index by new ones (append: none removed; merge: the
     /// inputs removed). With `def`, the index itself is replaced too (retrain).
     ReplaceSegments {
-        /// The index.
+        /// The name of the index whose segments change.
         index: String,
-        /// Segments removed.
+        /// Ids of the segments removed (empty for an append).
         remove: Vec<u64>,
-        /// Segments added.
+        /// The new segments, already written.
         add: Vec<NewSegment>,
-        /// The index's new definition (a retrain), if any.
+        /// The index's new definition when the change retrains it; `None` keeps the
+        /// definition.
         def: Option<IndexDef>,
     },
 }
@@ -103,9 +105,9 @@ pub struct Rewrite {
 /// A row-map file written by a stable-partition rewrite.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RowMapRef {
-    /// The row-map file.
+    /// The row-map file's path, relative to the table root; already written.
     pub path: String,
-    /// Its size in bytes.
+    /// The row-map file's size in bytes.
     pub size_bytes: u64,
 }
 
@@ -178,9 +180,10 @@ impl Rewrite {
 /// The changes one statement makes, relative to the version it read.
 #[derive(Clone, Debug)]
 pub struct Transaction {
-    /// The statement's kind, for the manifest's record.
+    /// The statement's kind, recorded in the new manifest's transaction record.
     pub operation: Operation,
-    /// The version the statement read (what the commit rebases from).
+    /// The version the statement read; every fragment id it names is in that version's
+    /// id domain, and a commit onto a later version is a rebase.
     pub read_version: u64,
     /// Appended at the end of the fragment list, in this order.
     pub appends: Vec<NewFragment>,

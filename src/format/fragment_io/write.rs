@@ -32,9 +32,9 @@ pub const ROW_GROUP_ROWS: usize = 64 * 1024;
 /// A fragment written but not yet committed: it gets its id when the commit assigns one.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WrittenFragment {
-    /// Its data files.
+    /// The data files written for the fragment; together they hold every column.
     pub files: Vec<DataFile>,
-    /// Rows written.
+    /// Rows written, the same in every data file.
     pub physical_rows: u64,
 }
 

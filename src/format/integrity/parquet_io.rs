@@ -92,7 +92,8 @@ pub struct PageChecksummer {
 }
 
 impl PageChecksummer {
-    /// A checksummer for the file at `path` (named in errors).
+    /// An empty checksummer for the file being written at `path`; the path only names the
+    /// file in errors.
     pub fn new(path: &str) -> Self {
         Self {
             path: path.to_string(),
@@ -249,7 +250,8 @@ pub struct VerifyingReader {
 }
 
 impl VerifyingReader {
-    /// A reader of `inner` that checks every byte it returns against `units`.
+    /// A reader of the file at `path` through `inner` that widens every request to whole
+    /// `units` and verifies them; `metadata` is the file's footer, already verified.
     #[allow(deprecated)]
     pub fn new(
         inner: ParquetObjectReader,

@@ -32,22 +32,22 @@ const MAGIC: &[u8; 4] = b"PAR1";
 /// One checksummed byte range of a file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Unit {
-    /// Its first byte.
+    /// Offset of the unit's first byte in the file.
     pub start: u64,
-    /// One past its last byte.
+    /// Offset one past the unit's last byte (exclusive).
     pub end: u64,
-    /// The CRC32C of its bytes.
+    /// The CRC32C of bytes `start..end`.
     pub crc32c: u32,
 }
 
 /// A column chunk's byte range and its pages' `(offset, length)` from the offset index.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChunkLayout {
-    /// Its first byte.
+    /// Offset of the chunk's first byte in the file (its dictionary page, if any).
     pub start: u64,
-    /// Its length in bytes.
+    /// The chunk's length in bytes.
     pub len: u64,
-    /// Its pages' `(offset, length)`.
+    /// Each data page's `(file offset, length in bytes)`, header included, in file order.
     pub pages: Vec<(u64, u64)>,
 }
 
@@ -124,7 +124,8 @@ pub fn encode_crcs(crcs: &[u32]) -> String {
     out
 }
 
-/// The checksums of a footer's [`PAGE_CRC_KEY`] value; an error for malformed text.
+/// Parses a footer's [`PAGE_CRC_KEY`] value back into its checksums, one per 8 hex
+/// digits; an error when the text is not a whole number of hex words.
 pub fn decode_crcs(text: &str) -> Result<Vec<u32>, String> {
     if !text.len().is_multiple_of(8) || !text.is_ascii() {
         return Err("page checksum table is not a list of 8-digit hex words".into());
@@ -188,7 +189,7 @@ impl UnitTable {
         Ok(Self { units })
     }
 
-    /// The units, in file order.
+    /// The units, sorted by offset and tiling the file from byte 0 to its end.
     pub fn units(&self) -> &[Unit] {
         &self.units
     }

@@ -67,9 +67,9 @@ pub struct KnnRequest<'a> {
     pub column: &'a str,
     /// The query vector.
     pub vector: &'a [f32],
-    /// The distance.
+    /// The distance the rows are ranked by.
     pub metric: Metric,
-    /// How many rows.
+    /// How many nearest rows to return.
     pub k: usize,
     /// The index to search; `None` scores every row exactly.
     pub index: Option<&'a IndexDef>,

@@ -17,7 +17,7 @@ use std::ops::Range;
 /// The two blocks of a partition, in file order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Block {
-    /// The rows' addresses.
+    /// The rows' addresses, 8 bytes each.
     Addrs,
     /// The rows' payload (vectors or codes).
     Payload,
@@ -26,7 +26,7 @@ pub enum Block {
 /// Rows `rows` (ranks within the partition, in row order) of one block of one partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Slice {
-    /// The partition.
+    /// The partition's position in the segment (file order), from 0.
     pub partition: usize,
     /// Which of its blocks.
     pub block: Block,

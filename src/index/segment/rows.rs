@@ -19,9 +19,9 @@ use crate::format::{FormatError, Result, TableDir};
 /// must have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowAt {
-    /// The partition.
+    /// The partition's position in the segment's footer, from 0.
     pub partition: usize,
-    /// The row within it.
+    /// The row's rank within the partition, from 0.
     pub row: u32,
     /// The CRC32C its bytes must have.
     pub crc: u32,

@@ -76,12 +76,12 @@ impl BlockLabels {
         self.len
     }
 
-    /// Whether it has no row.
+    /// Whether the block has no row at all (deleted or live).
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
-    /// Rows of it deleted before the rewrite (they carry no label).
+    /// Rows of the block that were deleted before the rewrite; they carry no label.
     pub fn num_deleted(&self) -> u32 {
         self.num_deleted
     }
@@ -475,9 +475,9 @@ fn sweep_rows(
 /// A run of sorted row numbers that fall in one block: `rows[range]` of the batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlockRun {
-    /// The block.
+    /// The block's index in the row map.
     pub block: usize,
-    /// Which rows of the batch fall in it.
+    /// Positions in the batch (indexes into its `rows`) of the rows that fall in the block.
     pub range: Range<usize>,
 }
 

@@ -180,27 +180,27 @@ impl RowMapFooter {
         })
     }
 
-    /// The cumulative counts per block and destination.
+    /// The counts matrix: cumulative rows per destination at every block boundary.
     pub fn counts(&self) -> &CountsMatrix {
         &self.counts
     }
 
-    /// How many blocks.
+    /// Blocks the source rows are split into.
     pub fn num_blocks(&self) -> usize {
         self.counts.num_blocks()
     }
 
-    /// Destinations rows are mapped to.
+    /// Destinations the map routes rows to.
     pub fn num_destinations(&self) -> usize {
         self.counts.num_destinations()
     }
 
-    /// Physical source rows, deleted ones included.
+    /// Physical source rows the map covers, deleted ones included.
     pub fn total_rows(&self) -> u64 {
         self.counts.total_rows()
     }
 
-    /// Rows per block (the last block may have fewer).
+    /// Source rows per block; only the last block may have fewer.
     pub fn block_rows(&self) -> u32 {
         self.counts.block_rows()
     }
@@ -210,7 +210,7 @@ impl RowMapFooter {
         self.counts.totals()
     }
 
-    /// The file's length in bytes.
+    /// Length in bytes of the whole row-map file the footer was read from.
     pub fn file_len(&self) -> u64 {
         self.file_len
     }
