@@ -263,9 +263,14 @@ impl Encoder<'_> {
     fn scan(&self, spec: &ScanSpec, fragments: Option<&BTreeSet<u64>>) -> Result<ScanProto> {
         let snapshot = &spec.snapshot;
         let database = self.databases.location_of(&snapshot.dir).ok_or_else(|| {
+            let open = self.databases.locations();
             DistributedError::ForeignTable {
                 table: snapshot.name().to_string(),
-                database: "(none)".into(),
+                open: if open.is_empty() {
+                    "none".into()
+                } else {
+                    open.join(", ")
+                },
             }
         })?;
         let predicate = match &spec.predicate {

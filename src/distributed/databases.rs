@@ -147,6 +147,19 @@ impl Databases {
             })
     }
 
+    /// The locations of the open databases, sorted.
+    pub fn locations(&self) -> Vec<String> {
+        let mut all: Vec<String> = self
+            .open
+            .lock()
+            .expect("databases lock")
+            .keys()
+            .cloned()
+            .collect();
+        all.sort();
+        all
+    }
+
     /// The location of the open database `dir` belongs to.
     pub fn location_of(&self, dir: &TableDir) -> Option<String> {
         let open = self.open.lock().expect("databases lock");

@@ -20,13 +20,17 @@ pub enum DistributedError {
         /// The node, as `EXPLAIN` names it.
         node: String,
     },
-    /// A table of the plan is not in the database the codec serves.
-    #[error("table '{table}' is not in database '{database}', which this session serves")]
+    /// A table of the plan is in none of the databases this process has open, so its scan
+    /// cannot be named to a worker.
+    #[error(
+        "table '{table}' is not in any database this process has open ({open}): its scan \
+         cannot be sent to a worker"
+    )]
     ForeignTable {
         /// The table's name.
         table: String,
-        /// The database the codec serves.
-        database: String,
+        /// The databases open, by location (`none` when there is none).
+        open: String,
     },
     /// A plan names a database this worker has not opened.
     #[error(

@@ -282,6 +282,25 @@ async fn damaged_nodes_are_refused_with_a_clear_error() {
 }
 
 #[tokio::test]
+async fn a_table_of_a_database_not_open_is_refused_by_name() {
+    let open = populated("memory://dist-foreign-open").await;
+    let other = populated("memory://dist-foreign-other").await;
+    let codec = codec_for(&open);
+    let scan = find::<FragmentScanExec>(&physical(&other, "SELECT id FROM t").await);
+    let mut buf = Vec::new();
+    let e = codec
+        .try_encode(scan, &mut buf, &DefaultPhysicalProtoConverter {})
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(
+            "table 't' is not in any database this process has open (memory://dist-foreign-open)"
+        ),
+        "{e}"
+    );
+}
+
+#[tokio::test]
 async fn insert_is_never_sent_to_a_worker() {
     let s = populated("memory://dist-insert-node").await;
     let codec = codec_for(&s);
