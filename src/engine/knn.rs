@@ -20,8 +20,8 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type};
@@ -47,7 +47,6 @@ use super::prune::FragmentPruner;
 use super::scan::{
     FragmentScanExec, ROW_ADDR, ROW_ID, ScanSpec, VirtualColumns, filter_fragment_rows,
 };
-use crate::format::Fragment;
 use crate::format::index_meta::{IndexDef, IndexKind};
 use crate::index::cache::IndexCache;
 use crate::index::distance::Metric;
@@ -83,6 +82,10 @@ pub struct KnnExec {
     /// The part of the search this operator answers for; `None`: all of it.
     share: Option<KnnShare>,
     cache: Arc<IndexCache>,
+    /// Per fragment of the snapshot (manifest order), whether the filter may match it by
+    /// its column ranges (`None`: no range can rule one out): decided once per plan and kept
+    /// by the plan's copies for other vectors and shares, not at every query.
+    may_match: Arc<OnceLock<Option<Vec<bool>>>>,
     schema: SchemaRef,
     metrics: ExecutionPlanMetricsSet,
     props: Arc<PlanProperties>,
@@ -109,6 +112,7 @@ impl KnnExec {
             index,
             share: None,
             cache,
+            may_match: Arc::default(),
             schema,
             metrics: ExecutionPlanMetricsSet::new(),
             props,
@@ -130,6 +134,7 @@ impl KnnExec {
             self.cache.clone(),
         )?;
         knn.share = self.share.clone();
+        knn.may_match = self.may_match.clone();
         Ok(knn)
     }
 
@@ -142,6 +147,7 @@ impl KnnExec {
             self.cache.clone(),
         )?;
         knn.share = Some(share);
+        knn.may_match = self.may_match.clone();
         Ok(knn)
     }
 
@@ -294,6 +300,7 @@ impl ExecutionPlan for KnnExec {
             share: self.share.clone(),
             refine_factor: options.refine_factor,
             cache: self.cache.clone(),
+            may_match: self.may_match.clone(),
             ctx: context,
             metrics: KnnMetrics::new(&self.metrics, partition),
             output_schema: self.schema.clone(),
@@ -394,6 +401,8 @@ struct KnnRun {
     share: Option<KnnShare>,
     refine_factor: usize,
     cache: Arc<IndexCache>,
+    /// The plan's decision of which fragments the filter may match ([`KnnExec`]'s).
+    may_match: Arc<OnceLock<Option<Vec<bool>>>>,
     ctx: Arc<TaskContext>,
     metrics: KnnMetrics,
     output_schema: SchemaRef,
@@ -468,24 +477,27 @@ impl KnnRun {
         };
         // ... and only those whose column ranges the filter may match: the others' filter
         // columns are neither loaded nor evaluated.
-        if let Some(pruner) = spec
-            .predicate
-            .as_ref()
-            .and_then(|p| FragmentPruner::new(p, &spec.work_schema))
-        {
-            let candidates: Vec<&Fragment> = spec
-                .snapshot
-                .manifest
-                .fragments
-                .iter()
-                .filter(|f| fragments.as_ref().is_none_or(|ids| ids.contains(&f.id)))
-                .collect();
-            let may_match = pruner.may_match(&candidates);
-            let pruned = may_match.iter().filter(|m| !**m).count();
+        let all = &spec.snapshot.manifest.fragments;
+        let decided = self.may_match.get_or_init(|| {
+            let pruner = FragmentPruner::new(spec.predicate.as_ref()?, &spec.work_schema)?;
+            Some(pruner.may_match(&all.iter().collect::<Vec<_>>()))
+        });
+        if let Some(may_match) = decided {
+            let mut pruned = 0;
+            let mut kept = BTreeSet::new();
+            for (f, may) in all.iter().zip(may_match) {
+                if fragments.as_ref().is_some_and(|ids| !ids.contains(&f.id)) {
+                    continue;
+                }
+                if *may {
+                    kept.insert(f.id);
+                } else {
+                    pruned += 1;
+                }
+            }
             self.metrics.fragments_pruned.add(pruned);
             if pruned > 0 {
-                let kept = candidates.iter().zip(&may_match).filter(|(_, m)| **m);
-                fragments = Some(kept.map(|(f, _)| f.id).collect());
+                fragments = Some(kept);
             }
         }
         if let Some(mask) = self.row_mask_from_cache(&spec, fragments.as_ref()).await? {
