@@ -12,6 +12,10 @@
 //! a constant), when parameters cannot be told apart, or when the pushed-down filter holds a
 //! vector. Planning a 128-d KNN query costs far more than running it, so this is what makes
 //! repeated queries cheap.
+//!
+//! In a kept plan the vector literals are [`VectorParam`]s: a re-bind then swaps values by
+//! parameter number, and the sort built over the new value derives its properties without
+//! comparing and hashing a list literal element by element.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,7 +29,6 @@ use datafusion::execution::TaskContext;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Literal;
 use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
-use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::Partitioning;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::coop::CooperativeExec;
@@ -33,8 +36,12 @@ use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions};
 
 use super::knn::KnnExec;
+
+mod vector_param;
+pub use vector_param::VectorParam;
 
 /// Plans kept per session.
 const MAX_PLANS: usize = 64;
@@ -228,7 +235,8 @@ fn param_of(values: &[f64], params: &[Vec<f64>]) -> Option<usize> {
     })
 }
 
-/// `expr` with every literal of an old parameter replaced by the new value; `None` if a list
+/// `expr` with every vector parameter (a [`VectorParam`], or a list literal equal to an old
+/// parameter's value) replaced by a [`VectorParam`] of the new value; `None` if a list
 /// literal matches no parameter.
 fn rebind_expr(
     expr: &Arc<dyn PhysicalExpr>,
@@ -237,15 +245,21 @@ fn rebind_expr(
 ) -> Result<Option<Arc<dyn PhysicalExpr>>> {
     let mut unknown = false;
     let out = expr.clone().transform_up(|e| {
-        let Some(lit) = e.downcast_ref::<Literal>() else {
+        let bound = if let Some(p) = e.downcast_ref::<VectorParam>() {
+            new.get(p.index())
+                .and_then(|v| literal_like(p.value(), v))
+                .map(|v| (p.index(), v))
+        } else if let Some(lit) = e.downcast_ref::<Literal>() {
+            let Some(values) = list_values(lit.value()) else {
+                return Ok(Transformed::no(e));
+            };
+            param_of(&values, old).and_then(|i| literal_like(lit.value(), &new[i]).map(|v| (i, v)))
+        } else {
             return Ok(Transformed::no(e));
         };
-        let Some(values) = list_values(lit.value()) else {
-            return Ok(Transformed::no(e));
-        };
-        match param_of(&values, old).and_then(|i| literal_like(lit.value(), &new[i])) {
-            Some(v) => Ok(Transformed::yes(
-                Arc::new(Literal::new(v)) as Arc<dyn PhysicalExpr>
+        match bound {
+            Some((i, v)) => Ok(Transformed::yes(
+                Arc::new(VectorParam::new(i, v)) as Arc<dyn PhysicalExpr>
             )),
             None => {
                 unknown = true;
@@ -264,22 +278,23 @@ fn rebind_expr(
     }))
 }
 
-/// A sort order with every parameter literal replaced (see [`rebind_expr`]).
 /// `plan` over `child` when its own expressions are unchanged: the child's properties are
-/// the old child's (only the query vector changed), so the node's computed properties are
+/// the old child's but for the query vector's value, so the node's computed properties are
 /// kept rather than derived again (an equivalence analysis that costs more than a small
 /// KNN search), and its run-time state (a top-k sort's dynamic filter, metrics) is fresh.
 fn same_node(
     plan: &Arc<dyn ExecutionPlan>,
     child: Arc<dyn ExecutionPlan>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    datafusion::physical_plan::execution_plan::replace_children_if_necessary(
-        Arc::clone(plan),
-        vec![child],
-    )?
-    .reset_state()
+    Arc::clone(plan)
+        .replace_children(
+            vec![child],
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Keep),
+        )?
+        .reset_state()
 }
 
+/// A sort order with every vector parameter replaced (see [`rebind_expr`]).
 fn rebind_ordering(
     ordering: &LexOrdering,
     old: &[Vec<f64>],
@@ -379,7 +394,8 @@ fn holds_list(expr: &Arc<dyn PhysicalExpr>) -> bool {
 }
 
 /// A fresh copy of a [`reusable`] plan for new parameter values (every node rebuilt, so
-/// nothing of an earlier run is shared), or `None` when it cannot be rebuilt.
+/// nothing of an earlier run is shared, its vector literals as [`VectorParam`]s), or `None`
+/// when it cannot be rebuilt.
 pub fn rebind(
     plan: &Arc<dyn ExecutionPlan>,
     old: &[Vec<f64>],
@@ -457,7 +473,66 @@ pub fn rebind(
         )?)));
     }
     if plan.downcast_ref::<CooperativeExec>().is_some() {
-        return Ok(Some(Arc::new(CooperativeExec::new(child))));
+        return Ok(Some(same_node(plan, child)?));
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::datatypes::Schema;
+    use datafusion::arrow::record_batch::RecordBatch;
+    use datafusion::logical_expr::ColumnarValue;
+
+    fn list_f32(values: &[f64]) -> ScalarValue {
+        let list = datafusion::arrow::array::ListArray::from_iter_primitive::<
+            datafusion::arrow::datatypes::Float32Type,
+            _,
+            _,
+        >([Some(values.iter().map(|v| Some(*v as f32)))]);
+        ScalarValue::try_from_array(&list, 0).unwrap()
+    }
+
+    fn value_of(expr: &Arc<dyn PhysicalExpr>) -> ScalarValue {
+        let batch = RecordBatch::new_empty(Arc::new(Schema::empty()));
+        match expr.evaluate(&batch).unwrap() {
+            ColumnarValue::Scalar(v) => v,
+            ColumnarValue::Array(_) => panic!("a parameter evaluates to a scalar"),
+        }
+    }
+
+    #[test]
+    fn a_literal_becomes_a_parameter_and_parameters_rebind_by_number() {
+        let a = vec![1.0, 2.0];
+        let b = vec![3.0, 4.5];
+        let c = vec![-1.0, 0.25];
+        let literal: Arc<dyn PhysicalExpr> = Arc::new(Literal::new(list_f32(&a)));
+        // Two parameters of the same length: the literal is the second.
+        let old = vec![vec![9.0, 9.0], a.clone()];
+        let kept = rebind_expr(&literal, &old, &[vec![0.0, 0.0], b.clone()])
+            .unwrap()
+            .expect("the literal is a parameter");
+        let param = kept.downcast_ref::<VectorParam>().expect("a parameter");
+        assert_eq!(param.index(), 1);
+        assert_eq!(value_of(&kept), list_f32(&b));
+        assert_eq!(
+            kept.data_type(&Schema::empty()).unwrap(),
+            list_f32(&a).data_type()
+        );
+        // A kept parameter rebinds by its number, whatever the old values say.
+        let again = rebind_expr(&kept, &[], &[vec![7.0, 7.0], c.clone()])
+            .unwrap()
+            .unwrap();
+        assert_eq!(value_of(&again), list_f32(&c));
+        assert_eq!(format!("{again}"), format!("{}", list_f32(&c)));
+        // A list literal of no parameter: not rebindable.
+        assert!(
+            rebind_expr(&literal, &[b.clone()], &[c.clone()])
+                .unwrap()
+                .is_none()
+        );
+        // A parameter number the new values do not have: not rebindable.
+        assert!(rebind_expr(&kept, &[], &[c]).unwrap().is_none());
+    }
 }

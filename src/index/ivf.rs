@@ -167,7 +167,17 @@ impl IvfModel {
 
     /// Partitions in the order a query should probe them (nearest centroid first).
     pub fn probe_order(&self, q: &[f32]) -> Vec<usize> {
-        let mut keyed: Vec<(f32, usize)> = self
+        let order = self.probe_order_from(q, self.partitions());
+        let mut all = order.first().to_vec();
+        all.extend_from_slice(order.rest());
+        all
+    }
+
+    /// [`Self::probe_order`], its first `n` partitions ordered at once and the others only
+    /// if asked ([`ProbeOrder::rest`]): a query probes a few of hundreds of partitions, and
+    /// sorting them all cost more than choosing the few.
+    pub fn probe_order_from(&self, q: &[f32], n: usize) -> ProbeOrder {
+        let keyed: Vec<(f32, usize)> = self
             .centroids
             .chunks_exact(self.dim)
             .enumerate()
@@ -179,8 +189,7 @@ impl IvfModel {
                 (key, i)
             })
             .collect();
-        keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
-        keyed.into_iter().map(|(_, i)| i).collect()
+        ProbeOrder::new(keyed, n)
     }
 
     /// The model file's bytes.
@@ -314,6 +323,55 @@ impl IvfModel {
             pq,
             sq,
         })
+    }
+}
+
+/// Partitions by the distance of their centroid to a query: the first `n` ordered, the rest
+/// ordered when first asked for. Ties are broken by partition number, so the order is the
+/// one a full stable sort by distance gives.
+#[derive(Debug)]
+pub struct ProbeOrder {
+    first: Vec<usize>,
+    rest_keyed: Vec<(f32, usize)>,
+    rest: std::sync::OnceLock<Vec<usize>>,
+}
+
+fn by_key(a: &(f32, usize), b: &(f32, usize)) -> std::cmp::Ordering {
+    a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
+}
+
+impl ProbeOrder {
+    fn new(mut keyed: Vec<(f32, usize)>, n: usize) -> Self {
+        let n = n.min(keyed.len());
+        if n < keyed.len() && n > 0 {
+            keyed.select_nth_unstable_by(n - 1, by_key);
+        }
+        let rest_keyed = keyed.split_off(n);
+        keyed.sort_unstable_by(by_key);
+        Self {
+            first: keyed.into_iter().map(|(_, i)| i).collect(),
+            rest_keyed,
+            rest: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The nearest partitions, nearest first (as many as asked, or all there are).
+    pub fn first(&self) -> &[usize] {
+        &self.first
+    }
+
+    /// The partitions after [`Self::first`], nearest first.
+    pub fn rest(&self) -> &[usize] {
+        self.rest.get_or_init(|| {
+            let mut keyed = self.rest_keyed.clone();
+            keyed.sort_unstable_by(by_key);
+            keyed.into_iter().map(|(_, i)| i).collect()
+        })
+    }
+
+    /// Whether [`Self::first`] holds every partition.
+    pub fn is_exhaustive(&self) -> bool {
+        self.rest_keyed.is_empty()
     }
 }
 
@@ -474,6 +532,32 @@ mod tests {
             ],
         ) {
             check_decoded(&bytes);
+        }
+
+        #[test]
+        fn prop_probe_order_from_is_a_stable_sort_by_distance(
+            // Few distinct centroids, so that ties are common.
+            centroids in proptest::collection::vec(0u8..6, 1..60),
+            q in 0u8..6,
+            n in 0usize..70,
+        ) {
+            let m = IvfModel {
+                metric: Metric::L2,
+                dim: 1,
+                centroids: centroids.iter().map(|c| *c as f32).collect(),
+                pq: None,
+                sq: None,
+            };
+            let q = [q as f32];
+            let mut naive: Vec<usize> = (0..centroids.len()).collect();
+            naive.sort_by(|a, b| l2_squared(&q, &m.centroids[*a..*a + 1])
+                .total_cmp(&l2_squared(&q, &m.centroids[*b..*b + 1])));
+            let order = m.probe_order_from(&q, n);
+            let split = n.min(naive.len());
+            prop_assert_eq!(order.first(), &naive[..split]);
+            prop_assert_eq!(order.is_exhaustive(), split == naive.len());
+            prop_assert_eq!(order.rest(), &naive[split..]);
+            prop_assert_eq!(m.probe_order(&q), naive);
         }
 
         #[test]

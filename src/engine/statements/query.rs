@@ -287,17 +287,17 @@ async fn run_vector_query(
         .create_physical_plan()
         .await?;
     if keep && plan_cache::reusable(&physical, &vectors)? {
-        // The kept plan is never run itself: each run gets a fresh copy.
-        if let Some(fresh) = plan_cache::rebind(&physical, &vectors, &vectors)? {
+        // The kept plan is a copy with its vectors as parameters, never run itself: each
+        // run gets a fresh copy of it.
+        if let Some(kept) = plan_cache::rebind(&physical, &vectors, &vectors)? {
             learnt(&key);
             session.plans.put(
                 key,
                 CachedPlan {
-                    plan: physical,
+                    plan: kept,
                     params: vectors,
                 },
             );
-            return collect_physical(session, fresh).await;
         }
     }
     collect_physical(session, physical).await

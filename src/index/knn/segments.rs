@@ -86,7 +86,7 @@ impl Searcher<'_> {
         } else {
             k
         };
-        let probe_order = model.probe_order(&prepared);
+        let probe_order = model.probe_order_from(&prepared, req.nprobes);
         let mut global = TopK::new(keep);
         // Ownership in current fragment ids: rewrites recorded in the ledger moved rows of
         // the segments' fragments, and ownership follows them.
@@ -122,8 +122,8 @@ impl Searcher<'_> {
         // bounded bytes (one group unless the probes are many, as in an exact search): the
         // footers, then the first group of every segment, are read together (one round trip
         // each on object storage, instead of one per segment and per partition).
-        let first = &probe_order[..req.nprobes.min(probe_order.len())];
-        let exhaustive = first.len() == probe_order.len();
+        let first = probe_order.first();
+        let exhaustive = probe_order.is_exhaustive();
         // A sliced share scores its slice of them (and counts the others' rows when its own
         // are too few to decide, as the single machine decides, whether to probe further).
         let slice = self.scope.as_ref().and_then(Scope::slice);
@@ -286,7 +286,13 @@ impl Searcher<'_> {
                 _ => top.len() as u64,
             };
             let mut probed_parts = Vec::new();
-            for &p in probe_order.iter().skip(first.len()) {
+            // The rest of the order is only sorted when a segment probes past `nprobes`.
+            let rest: &[usize] = if found < keep as u64 {
+                probe_order.rest()
+            } else {
+                &[]
+            };
+            for &p in rest {
                 if found >= keep as u64 {
                     break;
                 }
