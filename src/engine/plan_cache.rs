@@ -528,7 +528,7 @@ mod tests {
         assert_eq!(format!("{again}"), format!("{}", list_f32(&c)));
         // A list literal of no parameter: not rebindable.
         assert!(
-            rebind_expr(&literal, &[b.clone()], &[c.clone()])
+            rebind_expr(&literal, &[b], std::slice::from_ref(&c))
                 .unwrap()
                 .is_none()
         );
