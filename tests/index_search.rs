@@ -356,7 +356,7 @@ async fn probes_grow_until_k_qualifying_rows_are_found() {
     let cache = IndexCache::new(1 << 20);
     let def = snap.manifest.index("i").unwrap();
     let model = cache.model(&snap.dir, def).await.unwrap();
-    let nearest = model.probe_order(&q)[0] as u32;
+    let nearest = model.probe_order_from(&q, 1).first()[0] as u32;
     let assigned = assigned_partitions(&snap, def, &model, &cache)
         .await
         .unwrap();

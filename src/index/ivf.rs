@@ -165,17 +165,9 @@ impl IvfModel {
         out[0].0 as usize
     }
 
-    /// Partitions in the order a query should probe them (nearest centroid first).
-    pub fn probe_order(&self, q: &[f32]) -> Vec<usize> {
-        let order = self.probe_order_from(q, self.partitions());
-        let mut all = order.first().to_vec();
-        all.extend_from_slice(order.rest());
-        all
-    }
-
-    /// [`Self::probe_order`], its first `n` partitions ordered at once and the others only
-    /// if asked ([`ProbeOrder::rest`]): a query probes a few of hundreds of partitions, and
-    /// sorting them all cost more than choosing the few.
+    /// Partitions in the order a query should probe them (nearest centroid first), its first
+    /// `n` ordered at once and the others only if asked ([`ProbeOrder::rest`]): a query probes
+    /// a few of hundreds of partitions, and sorting them all cost more than choosing the few.
     pub fn probe_order_from(&self, q: &[f32], n: usize) -> ProbeOrder {
         let keyed: Vec<(f32, usize)> = self
             .centroids
@@ -557,7 +549,8 @@ mod tests {
             prop_assert_eq!(order.first(), &naive[..split]);
             prop_assert_eq!(order.is_exhaustive(), split == naive.len());
             prop_assert_eq!(order.rest(), &naive[split..]);
-            prop_assert_eq!(m.probe_order(&q), naive);
+            let all = m.probe_order_from(&q, naive.len());
+            prop_assert_eq!(all.first(), &naive[..]);
         }
 
         #[test]
@@ -577,7 +570,7 @@ mod tests {
             pq: None,
             sq: None,
         };
-        assert_eq!(m.probe_order(&[6.0]), vec![2, 1, 0]);
+        assert_eq!(m.probe_order_from(&[6.0], 3).first(), &[2, 1, 0]);
         assert_eq!(m.partition_of(&[9.0]), 1);
     }
 

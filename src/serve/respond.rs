@@ -121,13 +121,9 @@ where
     }
     let mut sent = 0;
     while let Some(batch) = stream.next().await {
-        let batch = match batch {
-            Ok(b) => b,
-            Err(e) => return Ok(Err(df_error(&e))),
-        };
-        let encoded = match types::encode_rows(&batch, &fields) {
+        let encoded = match encode_batch(batch, &fields) {
             Ok(rows) => rows,
-            Err(e) => return Ok(Err(error_info(code::DATA_EXCEPTION, e))),
+            Err(e) => return Ok(Err(*e)),
         };
         sent += encoded.len();
         for row in encoded {
@@ -135,6 +131,15 @@ where
         }
     }
     Ok(Ok(sent))
+}
+
+/// One batch of a query's stream as DataRows, or the error the client is told.
+fn encode_batch(
+    batch: datafusion::common::Result<datafusion::arrow::record_batch::RecordBatch>,
+    fields: &[FieldInfo],
+) -> Result<Vec<DataRow>, Box<ErrorInfo>> {
+    let batch = batch.map_err(|e| Box::new(df_error(&e)))?;
+    types::encode_rows(&batch, fields).map_err(|e| Box::new(error_info(code::DATA_EXCEPTION, e)))
 }
 
 /// A streamed query's rows for pgwire to keep in a portal and send a part at a time (an
@@ -153,20 +158,19 @@ pub fn portal_rows(
     let rows = stream
         .map(move |batch| {
             let late = deadline.is_some_and(|d| std::time::Instant::now() > d);
-            let encoded = match batch {
-                _ if late => Err(error_info(
+            let encoded = if late {
+                Err(Box::new(error_info(
                     code::QUERY_CANCELED,
                     "canceling statement due to statement timeout",
-                )),
-                Ok(b) => types::encode_rows(&b, &encode_fields)
-                    .map_err(|e| error_info(code::DATA_EXCEPTION, e)),
-                Err(e) => Err(df_error(&e)),
+                )))
+            } else {
+                encode_batch(batch, &encode_fields)
             };
             let rows: Vec<PgWireResult<DataRow>> = match encoded {
                 Ok(rows) => rows.into_iter().map(Ok).collect(),
                 Err(e) => {
                     block.lock().expect("lock").failed();
-                    vec![Err(PgWireError::UserError(Box::new(e)))]
+                    vec![Err(PgWireError::UserError(e))]
                 }
             };
             stream::iter(rows)
