@@ -71,6 +71,37 @@ where
 /// Queries spreading their scoring over threads right now (see [`claim_each`]).
 static SPREADING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// Client messages a server is handling right now (see [`handling_a_message`]).
+static HANDLING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Held by a server's connection while it handles a client's message (parses, plans, runs
+/// and answers a statement), dropped while it waits for the next one.
+#[must_use = "the count drops when this is dropped"]
+pub struct HandlingAMessage(());
+
+/// Counts a message being handled until the returned guard drops. A query that finds other
+/// connections busy does not start threads for its scoring: those connections' work (their
+/// own searches, planning, sending rows) keeps the other cores busy, and a query counted
+/// only while it scores (`SPREADING`) misses them — at 4 connections on 2 cores threads
+/// were still started for most queries, at 6% of the server's time (perf, docs/benchmarks.md).
+pub fn handling_a_message() -> HandlingAMessage {
+    HANDLING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    HandlingAMessage(())
+}
+
+impl Drop for HandlingAMessage {
+    fn drop(&mut self) {
+        HANDLING.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Other work keeping cores busy, as a query about to spread sees it: the queries
+/// spreading besides it, or the other connections handling a message (its own is one of
+/// `handling`, when it came through a server).
+fn others_busy(spreading_others: usize, handling: usize) -> usize {
+    spreading_others.max(handling.saturating_sub(1))
+}
+
 /// The workers a query may spread over now, of the `wanted`: as many as there are cores no
 /// other query is spreading on. Alone, a query uses every core; under load each query is
 /// already a unit of parallelism, and starting threads for cores that other queries keep
@@ -112,7 +143,7 @@ where
         }
     }
     let _done = Done;
-    let threads = workers_now(threads, others);
+    let threads = workers_now(threads, others_busy(others, HANDLING.load(Relaxed)));
     let helpers = threads.clamp(1, items.len().max(1)) - 1;
     run_shares(&vec![(); helpers + 1], |_| worker())
 }
@@ -143,6 +174,16 @@ mod tests {
         assert_eq!(workers_now(n, n - 1), 1);
         assert_eq!(workers_now(n, n + 5), 1);
         assert_eq!(workers_now(0, 0), 1);
+        // In process, no server: only spreading queries count.
+        assert_eq!(others_busy(0, 0), 0);
+        assert_eq!(others_busy(2, 0), 2);
+        // Through a server: its own connection is not another.
+        assert_eq!(others_busy(0, 1), 0);
+        assert_eq!(others_busy(0, 4), 3);
+        assert_eq!(others_busy(1, 3), 2);
+        let guard = handling_a_message();
+        assert!(HANDLING.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+        drop(guard);
     }
 
     #[test]

@@ -202,6 +202,8 @@ pub async fn process_socket<H: PgWireServerHandlers>(
                 }
                 continue;
             }
+            // Counted while handled, so that queries know the cores are shared.
+            let _handling = crate::index::parallel::handling_a_message();
             let in_extended = match socket.state() {
                 PgWireConnectionState::CopyInProgress(extended) => extended,
                 _ => msg.is_extended_query(),
