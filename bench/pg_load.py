@@ -21,16 +21,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from pg_client_bench import connect, knn  # noqa: E402
 
 
-def client(conninfo, data, seconds, setting, out):
+def client(conninfo, data, seconds, setting, start, out):
+    """Queries from `start` on (clients start spread over the query set, as in
+    pg_client_bench.py: clients in lockstep on the same vectors share warm caches)."""
     queries = np.load(os.path.join(data, "queries.npy")).astype(np.float32)
     conn = connect(conninfo)
-    cur = conn.cursor()
+    cur = conn.cursor(binary=True)
     if setting:
         cur.execute(setting)
     n = 0
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
-        knn(cur, queries[n % len(queries)])
+        knn(cur, queries[(start + n) % len(queries)])
         n += 1
     out.put(n)
 
@@ -44,8 +46,10 @@ def main():
     p.add_argument("--setting", default="", help="a statement each client runs first")
     a = p.parse_args()
     out = mp.Queue()
-    procs = [mp.Process(target=client, args=(a.conninfo, a.data, a.seconds, a.setting, out))
-             for _ in range(a.clients)]
+    nq = len(np.load(os.path.join(a.data, "queries.npy"), mmap_mode="r"))
+    procs = [mp.Process(target=client,
+                        args=(a.conninfo, a.data, a.seconds, a.setting, k * nq // a.clients, out))
+             for k in range(a.clients)]
     for proc in procs:
         proc.start()
     total = sum(out.get() for _ in procs)

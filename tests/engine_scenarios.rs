@@ -723,12 +723,33 @@ async fn reused_plans_answer_each_vector_exactly() {
     };
     for round in 0..2 {
         let mut indexed = Vec::new();
+        let reused_before = s.plans_reused();
         for v in &vectors {
             let mut got = scan(&s, &query(v)).await;
+            // A reused plan orders its rows by a small sort of its own (KnnOrderExec).
+            assert!(
+                got.windows(2).all(|w| w[0].1 <= w[1].1),
+                "round {round}, {v}: not nearest first: {got:?}"
+            );
             got.sort_by_key(|(id, d)| (*d, *id));
             indexed.push(got);
         }
-        assert!(s.plans_reused() > 0, "round {round}: no plan was reused");
+        // The first vector plans; every other one re-binds the kept plan.
+        let reused = s.plans_reused() - reused_before;
+        assert_eq!(reused, vectors.len() as u64 - 1, "round {round}");
+        // Past an OFFSET: a reused plan keeps the sort's fetch, in order.
+        for v in &vectors[..6] {
+            let past = |tie: &str| {
+                format!(
+                    "SELECT id, CAST(l2_distance(v, {v}) * 1000 AS BIGINT) AS d FROM t \
+                     ORDER BY l2_distance(v, {v}){tie} LIMIT 4 OFFSET 2"
+                )
+            };
+            let got = scan(&s, &past("")).await;
+            let want = scan(&s, &past(", id")).await;
+            let d = |r: &Vec<(i64, i64)>| r.iter().map(|x| x.1).collect::<Vec<_>>();
+            assert_eq!(d(&got), d(&want), "round {round}, {v}");
+        }
         for (v, got) in vectors.iter().zip(&indexed) {
             // A sort on two keys is not a KNN query: a full scan and sort, independent of the
             // index (an exact search over an IVF_FLAT index reads its segments).

@@ -40,7 +40,9 @@ use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceCh
 
 use super::knn::KnnExec;
 
+mod knn_order;
 mod vector_param;
+pub use knn_order::KnnOrderExec;
 pub use vector_param::VectorParam;
 
 /// Plans kept per session.
@@ -294,6 +296,20 @@ fn same_node(
         .reset_state()
 }
 
+/// Whether `plan` is a [`KnnExec`] (under a `CooperativeExec`) that returns no more rows than
+/// a sort keeping `fetch` would: then a [`KnnOrderExec`] orders them (see its module).
+fn bounded_knn(plan: &Arc<dyn ExecutionPlan>, fetch: Option<usize>) -> bool {
+    let mut node = plan;
+    while node.downcast_ref::<CooperativeExec>().is_some() {
+        let [child] = node.children()[..] else {
+            return false;
+        };
+        node = child;
+    }
+    node.downcast_ref::<KnnExec>()
+        .is_some_and(|knn| fetch.is_some_and(|f| knn.query().k <= f))
+}
+
 /// A sort order with every vector parameter replaced (see [`rebind_expr`]).
 fn rebind_ordering(
     ordering: &LexOrdering,
@@ -449,10 +465,25 @@ pub fn rebind(
         {
             return Ok(Some(same_node(plan, child)?));
         }
+        if bounded_knn(&child, s.fetch()) && child.properties().partitioning.partition_count() == 1
+        {
+            let order = KnnOrderExec::new(ordering, s.fetch(), child, s.properties().clone());
+            return Ok(Some(Arc::new(order)));
+        }
         let sort = SortExec::new(ordering, child)
             .with_preserve_partitioning(s.preserve_partitioning())
             .with_fetch(s.fetch());
         return Ok(Some(Arc::new(sort)));
+    }
+    if let Some(o) = plan.downcast_ref::<KnnOrderExec>() {
+        let Some(ordering) = rebind_ordering(o.expr(), old, new)? else {
+            return Ok(None);
+        };
+        if !bounded_knn(&child, o.fetch()) {
+            return Ok(None);
+        }
+        let order = KnnOrderExec::new(ordering, o.fetch(), child, o.properties().clone());
+        return Ok(Some(Arc::new(order)));
     }
     if let Some(m) = plan.downcast_ref::<SortPreservingMergeExec>() {
         let Some(ordering) = rebind_ordering(m.expr(), old, new)? else {
