@@ -296,18 +296,33 @@ fn same_node(
         .reset_state()
 }
 
-/// Whether `plan` is a [`KnnExec`] (under a `CooperativeExec`) that returns no more rows than
-/// a sort keeping `fetch` would: then a [`KnnOrderExec`] orders them (see its module).
-fn bounded_knn(plan: &Arc<dyn ExecutionPlan>, fetch: Option<usize>) -> bool {
-    let mut node = plan;
+/// The re-bound sort of `ordering` keeping `fetch` rows over `child`, as a [`KnnOrderExec`]
+/// with the kept sort's `props` (see its module): when `child` is a [`KnnExec`] (under a
+/// `CooperativeExec`; one partition either way) that returns no more rows than the sort
+/// keeps. `None` otherwise.
+fn knn_order(
+    ordering: &LexOrdering,
+    fetch: Option<usize>,
+    child: &Arc<dyn ExecutionPlan>,
+    props: &Arc<datafusion::physical_plan::PlanProperties>,
+) -> Option<Arc<dyn ExecutionPlan>> {
+    let mut node = child;
     while node.downcast_ref::<CooperativeExec>().is_some() {
-        let [child] = node.children()[..] else {
-            return false;
+        let [below] = node.children()[..] else {
+            return None;
         };
-        node = child;
+        node = below;
     }
-    node.downcast_ref::<KnnExec>()
-        .is_some_and(|knn| fetch.is_some_and(|f| knn.query().k <= f))
+    let knn = node.downcast_ref::<KnnExec>()?;
+    let bounded = fetch.is_some_and(|f| knn.query().k <= f);
+    bounded.then(|| -> Arc<dyn ExecutionPlan> {
+        Arc::new(KnnOrderExec::new(
+            ordering.clone(),
+            fetch,
+            child.clone(),
+            props.clone(),
+        ))
+    })
 }
 
 /// A sort order with every vector parameter replaced (see [`rebind_expr`]).
@@ -465,10 +480,8 @@ pub fn rebind(
         {
             return Ok(Some(same_node(plan, child)?));
         }
-        if bounded_knn(&child, s.fetch()) && child.properties().partitioning.partition_count() == 1
-        {
-            let order = KnnOrderExec::new(ordering, s.fetch(), child, s.properties().clone());
-            return Ok(Some(Arc::new(order)));
+        if let Some(order) = knn_order(&ordering, s.fetch(), &child, s.properties()) {
+            return Ok(Some(order));
         }
         let sort = SortExec::new(ordering, child)
             .with_preserve_partitioning(s.preserve_partitioning())
@@ -479,11 +492,7 @@ pub fn rebind(
         let Some(ordering) = rebind_ordering(o.expr(), old, new)? else {
             return Ok(None);
         };
-        if !bounded_knn(&child, o.fetch()) {
-            return Ok(None);
-        }
-        let order = KnnOrderExec::new(ordering, o.fetch(), child, o.properties().clone());
-        return Ok(Some(Arc::new(order)));
+        return Ok(knn_order(&ordering, o.fetch(), &child, o.properties()));
     }
     if let Some(m) = plan.downcast_ref::<SortPreservingMergeExec>() {
         let Some(ordering) = rebind_ordering(m.expr(), old, new)? else {

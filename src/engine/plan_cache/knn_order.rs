@@ -30,7 +30,7 @@ use datafusion::physical_plan::sorts::sort::sort_batch;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, ReplaceChildrenOptions,
-    SendableRecordBatchStream,
+    SendableRecordBatchStream, apply_expression_roots,
 };
 use futures::TryStreamExt;
 
@@ -98,14 +98,7 @@ impl ExecutionPlan for KnnOrderExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        let mut recursion = TreeNodeRecursion::Continue;
-        for e in self.expr.iter() {
-            recursion = f(&e.expr)?;
-            if matches!(recursion, TreeNodeRecursion::Stop) {
-                break;
-            }
-        }
-        Ok(recursion)
+        apply_expression_roots(self.expr.iter().map(|e| &e.expr), f)
     }
 
     fn replace_children(
@@ -162,7 +155,7 @@ impl ExecutionPlan for KnnOrderExec {
             Ok(out)
         };
         Ok(Box::pin(RecordBatchStreamAdapter::new(
-            self.input.schema(),
+            self.schema(),
             futures::stream::once(sorted),
         )))
     }
