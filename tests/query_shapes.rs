@@ -157,3 +157,38 @@ async fn a_vector_written_twice_binds_once() {
     let fresh = FragvecSession::open(path).await.unwrap();
     assert_eq!(rows(&fresh, &mixed).await, got);
 }
+
+/// A table dropped and made again by another session reaches the same version numbers: the
+/// kept shape's version check passes, and only the manifest's identity tells the tables
+/// apart. The next text must read the new table, not the kept plan's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_made_again_at_the_same_version_is_read_afresh() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().to_str().unwrap();
+    let s = table(path).await;
+    let vs = vectors(4, 5);
+    for v in &vs[..3] {
+        rows(&s, &knn(v)).await;
+    }
+    let reused = s.shapes_reused();
+    assert!(reused >= 1);
+    // The same statements as `table`, with ids shifted: as many commits, other rows.
+    let other = FragvecSession::open(path).await.unwrap();
+    other
+        .sql(
+            "DROP TABLE t; CREATE TABLE t (id BIGINT, c BIGINT, v VECTOR(8)); \
+             INSERT INTO t SELECT value + 1000, value % 3, [value % 11, value % 7, value % 5, \
+                 value % 3, value % 13, value % 2, value % 17, value % 4] \
+                 FROM generate_series(0, 599); \
+             CREATE VECTOR INDEX i ON t (v) USING IVF_FLAT WITH (num_partitions = 8)",
+        )
+        .await
+        .unwrap();
+    let got = rows(&s, &knn(&vs[3])).await;
+    assert!(
+        !got.is_empty() && got.iter().all(|(id, _)| *id >= 1000),
+        "{got:?}"
+    );
+    let fresh = FragvecSession::open(path).await.unwrap();
+    assert_eq!(rows(&fresh, &knn(&vs[3])).await, got);
+}

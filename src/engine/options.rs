@@ -87,6 +87,50 @@ extensions_options! {
 #[derive(Debug, Clone, Default)]
 pub struct FragvecOptions(pub FragvecOptionValues);
 
+/// The values of a session's `fragvec.*` options, compared without formatting them: a kept
+/// plan depends on them, and every reuse checks they still hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OptionsFingerprint {
+    update_mode: UpdateMode,
+    commit_retries: usize,
+    nprobes: usize,
+    refine_factor: usize,
+    exact: bool,
+    index_cache_bytes: usize,
+    vacuum_grace_seconds: u64,
+    maintenance_threads: usize,
+    version_check_ms: Option<u64>,
+}
+
+impl FragvecOptions {
+    /// The option values, for comparing (a new option must be added here: the pattern
+    /// below names every field, so the compiler says so).
+    pub fn fingerprint(&self) -> OptionsFingerprint {
+        let FragvecOptionValues {
+            update_mode,
+            commit_retries,
+            nprobes,
+            refine_factor,
+            exact,
+            index_cache_bytes,
+            vacuum_grace_seconds,
+            maintenance_threads,
+            version_check_ms,
+        } = self.0;
+        OptionsFingerprint {
+            update_mode,
+            commit_retries,
+            nprobes,
+            refine_factor,
+            exact,
+            index_cache_bytes,
+            vacuum_grace_seconds,
+            maintenance_threads,
+            version_check_ms,
+        }
+    }
+}
+
 impl std::ops::Deref for FragvecOptions {
     type Target = FragvecOptionValues;
     fn deref(&self) -> &FragvecOptionValues {
@@ -185,6 +229,37 @@ mod tests {
         assert_eq!(o.nprobes, 7);
         o.set("nprobes", "9").unwrap();
         assert_eq!(o.nprobes, 9);
+    }
+
+    #[test]
+    fn every_option_changes_the_fingerprint() {
+        // A value other than the default for each option; every listed option must be here.
+        let other = [
+            ("update_mode", "rewrite_columns"),
+            ("commit_retries", "6"),
+            ("nprobes", "17"),
+            ("refine_factor", "5"),
+            ("exact", "true"),
+            ("index_cache_bytes", "12345"),
+            ("vacuum_grace_seconds", "901"),
+            ("maintenance_threads", "2"),
+            ("version_check_ms", "7"),
+        ];
+        let defaults = FragvecOptions::default();
+        let mut listed: Vec<String> = defaults.0.entries().into_iter().map(|e| e.key).collect();
+        listed.sort();
+        let mut covered: Vec<String> = other.iter().map(|(k, _)| k.to_string()).collect();
+        covered.sort();
+        assert_eq!(listed, covered);
+        for (key, value) in other {
+            let mut o = FragvecOptions::default();
+            o.set(key, value).unwrap();
+            assert_ne!(o.fingerprint(), defaults.fingerprint(), "{key}");
+        }
+        assert_eq!(
+            FragvecOptions::default().fingerprint(),
+            defaults.fingerprint()
+        );
     }
 
     #[test]

@@ -39,6 +39,7 @@ use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMerge
 use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions};
 
 use super::knn::KnnExec;
+use super::options::OptionsFingerprint;
 
 mod knn_order;
 mod vector_param;
@@ -64,9 +65,9 @@ pub struct CachedPlan {
 #[derive(Debug, Clone, PartialEq)]
 pub struct KnownShape {
     /// The parser dialect the text was parsed in.
-    pub dialect: String,
-    /// `fragvec.*` options the plan was made under (`Debug` form, as in the plan key).
-    pub options: String,
+    pub dialect: datafusion::config::Dialect,
+    /// `fragvec.*` options the plan was made under.
+    pub options: OptionsFingerprint,
     /// Tables pinned to their newest version, with that version.
     pub versions: Vec<(String, u64)>,
     /// The [`PlanCache`] key of the plan.
@@ -87,8 +88,8 @@ pub struct ShapeNote(Mutex<Option<Learnt>>);
 pub struct Learnt {
     /// The key its plan is kept under.
     pub plan_key: String,
-    /// The `fragvec.*` options it was planned under (`Debug` form).
-    pub options: String,
+    /// The `fragvec.*` options it was planned under.
+    pub options: OptionsFingerprint,
     /// Each table it read, at its version.
     pub versions: Vec<(String, u64)>,
     /// The vector parameters of the statement that ran.
@@ -101,13 +102,13 @@ impl ShapeNote {
     pub fn learnt(
         &self,
         plan_key: &str,
-        options: &str,
+        options: OptionsFingerprint,
         versions: &[(String, u64)],
         params: &[Vec<f64>],
     ) {
         *self.0.lock().expect("shape note") = Some(Learnt {
             plan_key: plan_key.to_string(),
-            options: options.to_string(),
+            options,
             versions: versions.to_vec(),
             params: params.to_vec(),
         });

@@ -30,7 +30,7 @@ use super::{NewFragment, NewRowIds, Transaction, read_fragment};
 use crate::ledger::ids::split_row_address;
 
 /// How UPDATE (and MERGE's matched updates) store new values.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum UpdateMode {
     /// Delete the old rows and append their new versions (same row id under stable row ids).
     #[default]

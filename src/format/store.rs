@@ -509,9 +509,15 @@ impl TableDir {
     /// confirmed it within the version check interval (no request), else
     /// [`Self::latest_version`]. See [`super::latest`] for the consistency this gives.
     pub async fn latest_version_for_query(&self) -> Result<Option<u64>> {
+        Ok(self.latest_head_for_query().await?.map(|(v, _)| v))
+    }
+
+    /// [`Self::latest_version_for_query`] with the metadata of that version's manifest when
+    /// the check has it, so that [`Self::cached_manifest`] need not ask for it again.
+    pub async fn latest_head_for_query(&self) -> Result<Option<(u64, Option<ObjectMeta>)>> {
         match self.known.fresh(&self.name) {
-            Some(known) => Ok(Some(known.version)),
-            None => self.latest_version().await,
+            Some(known) => Ok(Some((known.version, known.meta))),
+            None => self.latest_head().await,
         }
     }
 
@@ -597,7 +603,7 @@ impl TableDir {
     /// A manifest from the database's cache of decoded manifests, checked against the file's
     /// identity: `meta` when the caller has it, the fresh newest version's known identity,
     /// or one metadata request.
-    async fn cached_manifest(
+    pub async fn cached_manifest(
         &self,
         version: u64,
         meta: Option<ObjectMeta>,
@@ -656,12 +662,9 @@ impl TableDir {
     /// [`Self::latest_version_for_query`]): no request when the version was confirmed within
     /// the version check interval and its manifest is cached.
     pub async fn latest_for_query(self: &Arc<Self>) -> Result<Snapshot> {
-        match self.known.fresh(&self.name) {
-            Some(known) => Snapshot::new(
-                self.clone(),
-                self.cached_manifest(known.version, known.meta).await?,
-            ),
-            None => self.latest().await,
+        match self.latest_head_for_query().await? {
+            Some((v, meta)) => Snapshot::new(self.clone(), self.cached_manifest(v, meta).await?),
+            None => Err(FormatError::NotFound(self.name.clone())),
         }
     }
 

@@ -20,6 +20,7 @@ use datafusion::logical_expr::{Expr, LogicalPlan, Volatility, WriteOp};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{Statement, TableObject};
+use object_store::ObjectMeta;
 
 use super::stream;
 use crate::engine::ivf_bind;
@@ -249,16 +250,16 @@ async fn run_vector_query(
     binds_partitions: bool,
     learning: Option<(&ShapeNote, Vec<(String, u64)>)>,
 ) -> Result<StatementResult> {
-    let options = format!("{:?}", session.options());
-    let key = format!("{options}|{statement}");
+    let options = session.options().fingerprint();
+    let key = format!("{options:?}|{statement}");
     let is_query = matches!(&statement, DFStatement::Statement(s) if matches!(s.as_ref(), Statement::Query(_)));
     let learnt = |plan_key: &str| {
         if let Some((note, versions)) = learning.as_ref().filter(|_| is_query) {
-            note.learnt(plan_key, &options, versions, &vectors);
+            note.learnt(plan_key, options, versions, &vectors);
         }
     };
     if let Some(cached) = session.plans.get(&key)
-        && same_table_state(session, &cached.plan).await?
+        && same_table_state(session, &cached.plan, &[]).await?
         && let Some(plan) = plan_cache::rebind(&cached.plan, &cached.params, &vectors)?
     {
         session.plans.note_reuse();
@@ -332,19 +333,26 @@ fn calls_non_immutable_functions(plan: &LogicalPlan) -> Result<bool> {
     Ok(found)
 }
 
-/// Whether the table a cached plan reads is still the one it was planned for (a table
-/// dropped and created again reaches the same version numbers).
+/// Whether the table a kept plan's KNN reads is still as it was planned: the same manifest
+/// (a table dropped and made again reaches the same version numbers). `checked` holds the
+/// tables whose newest version the caller just asked for, with their manifest's metadata:
+/// the plan's table among them needs no second request.
 pub(super) async fn same_table_state(
     session: &FragvecSession,
     plan: &Arc<dyn ExecutionPlan>,
+    checked: &[(&str, u64, Option<ObjectMeta>)],
 ) -> Result<bool> {
     let Some(knn) = plan_cache::knn_of(plan) else {
         return Ok(false);
     };
     let planned = &knn.scan_spec().snapshot;
-    let dir = Arc::new(session.database().table(planned.name())?);
-    match dir.snapshot(planned.version()).await {
-        Ok(now) => Ok(Arc::ptr_eq(&now.manifest, &planned.manifest)),
+    let meta = checked
+        .iter()
+        .find(|(table, version, _)| *table == planned.name() && *version == planned.version())
+        .and_then(|(_, _, meta)| meta.clone());
+    let dir = session.database().table(planned.name())?;
+    match dir.cached_manifest(planned.version(), meta).await {
+        Ok(now) => Ok(Arc::ptr_eq(&now, &planned.manifest)),
         Err(_) => Ok(false),
     }
 }

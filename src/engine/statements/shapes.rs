@@ -19,7 +19,7 @@ use crate::engine::session::{FragvecSession, StatementResult};
 use crate::sql::vector_shape::{Shape, shape_of};
 
 /// The parser dialect `sql` is parsed in now.
-fn dialect(session: &FragvecSession) -> String {
+fn dialect(session: &FragvecSession) -> datafusion::config::Dialect {
     session
         .ctx
         .state_ref()
@@ -27,7 +27,6 @@ fn dialect(session: &FragvecSession) -> String {
         .config_options()
         .sql_parser
         .dialect
-        .to_string()
 }
 
 fn same_bits(a: &[f64], b: &[f64]) -> bool {
@@ -102,24 +101,25 @@ pub async fn run_known(
     session.apply_version_check();
     if known.lengths != lists.iter().map(Vec::len).collect::<Vec<_>>()
         || known.dialect != dialect(session)
-        || known.options != format!("{:?}", session.options())
+        || known.options != session.options().fingerprint()
     {
         return Ok(None);
     }
+    let mut checked = Vec::with_capacity(known.versions.len());
     for (table, version) in &known.versions {
         let Ok(dir) = session.database().table(table) else {
             return Ok(None);
         };
         // The check the full path's pinning makes; its errors are the full path's to report.
-        match dir.latest_version_for_query().await {
-            Ok(Some(v)) if v == *version => {}
+        match dir.latest_head_for_query().await {
+            Ok(Some((v, meta))) if v == *version => checked.push((table.as_str(), v, meta)),
             _ => return Ok(None),
         }
     }
     let Some(cached) = session.plans.get(&known.plan_key) else {
         return Ok(None);
     };
-    if !same_table_state(session, &cached.plan).await? {
+    if !same_table_state(session, &cached.plan, &checked).await? {
         return Ok(None);
     }
     let Some(params) = parameters(&known, lists) else {
