@@ -48,6 +48,7 @@ use super::scan::{
     FragmentScanExec, ROW_ADDR, ROW_ID, ScanSpec, VirtualColumns, filter_fragment_rows,
 };
 use crate::format::index_meta::{IndexDef, IndexKind};
+use crate::format::store::Snapshot;
 use crate::index::cache::IndexCache;
 use crate::index::distance::Metric;
 use crate::index::error::IndexError;
@@ -149,6 +150,35 @@ impl KnnExec {
         knn.share = Some(share);
         knn.may_match = self.may_match.clone();
         Ok(knn)
+    }
+
+    /// The same search over another version of its table, when this plan is what planning
+    /// the query over that version gives: the plan depends on a version only through the
+    /// table's schema (columns, the vector's dimension, the filter's binding) and its index
+    /// definitions (which index, if any, the search goes through); segments, fragments and
+    /// deletions are read from the snapshot when the search runs. `None` when either
+    /// differs, or for a share of a split search.
+    pub fn at_snapshot(&self, snapshot: Snapshot) -> Result<Option<Self>> {
+        let planned = &self.scan.snapshot;
+        if self.share.is_some()
+            || snapshot.name() != planned.name()
+            || snapshot.schema != planned.schema
+            || snapshot.manifest.indexes != planned.manifest.indexes
+        {
+            return Ok(None);
+        }
+        let scan = ScanSpec {
+            snapshot,
+            ..self.scan.clone()
+        };
+        // `may_match` is per fragment of a snapshot: a new one for the new snapshot.
+        let knn = Self::new(
+            scan,
+            self.query.clone(),
+            self.index.clone(),
+            self.cache.clone(),
+        )?;
+        Ok(Some(knn))
     }
 
     /// What it searches for.

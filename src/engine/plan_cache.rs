@@ -40,6 +40,7 @@ use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceCh
 
 use super::knn::KnnExec;
 use super::options::OptionsFingerprint;
+use crate::format::store::Snapshot;
 
 mod knn_order;
 mod vector_param;
@@ -62,7 +63,7 @@ pub struct CachedPlan {
 /// What running one statement text taught about every text of its shape (the same text
 /// outside its vector literals, see [`crate::sql::vector_shape`]): the cached plan that
 /// answers it while the conditions it was planned under still hold.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct KnownShape {
     /// The parser dialect the text was parsed in.
     pub dialect: datafusion::config::Dialect,
@@ -70,8 +71,10 @@ pub struct KnownShape {
     pub options: OptionsFingerprint,
     /// Tables pinned to their newest version, with that version.
     pub versions: Vec<(String, u64)>,
-    /// The [`PlanCache`] key of the plan.
-    pub plan_key: String,
+    /// The kept plan that answers it (held here, not looked up by its [`PlanCache`] key:
+    /// a plan moved on to a newer version, see [`retarget`], no longer answers its key's
+    /// pinned statement).
+    pub plan: CachedPlan,
     /// Length of each vector literal, in text order.
     pub lengths: Vec<usize>,
     /// The parameter each vector literal is, in text order.
@@ -86,8 +89,8 @@ pub struct ShapeNote(Mutex<Option<Learnt>>);
 /// See [`ShapeNote::learnt`].
 #[derive(Debug)]
 pub struct Learnt {
-    /// The key its plan is kept under.
-    pub plan_key: String,
+    /// The kept plan it ran on.
+    pub plan: CachedPlan,
     /// The `fragvec.*` options it was planned under.
     pub options: OptionsFingerprint,
     /// Each table it read, at its version.
@@ -97,17 +100,17 @@ pub struct Learnt {
 }
 
 impl ShapeNote {
-    /// The run used the plan kept under `plan_key`, made under `options`, reading the
-    /// `versions` its tables were pinned to, with vector parameters `params`.
+    /// The run used the kept `plan`, made under `options`, reading the `versions` its
+    /// tables were pinned to, with vector parameters `params`.
     pub fn learnt(
         &self,
-        plan_key: &str,
+        plan: &CachedPlan,
         options: OptionsFingerprint,
         versions: &[(String, u64)],
         params: &[Vec<f64>],
     ) {
         *self.0.lock().expect("shape note") = Some(Learnt {
-            plan_key: plan_key.to_string(),
+            plan: plan.clone(),
             options,
             versions: versions.to_vec(),
             params: params.to_vec(),
@@ -124,7 +127,7 @@ impl ShapeNote {
 #[derive(Debug, Default)]
 pub struct PlanCache {
     plans: Mutex<HashMap<String, CachedPlan>>,
-    shapes: Mutex<HashMap<String, KnownShape>>,
+    shapes: Mutex<HashMap<String, Arc<KnownShape>>>,
     /// The task context queries run in, made once: building one copies the session's
     /// configuration and function registries, which costs a repeated KNN query more than
     /// its plan does. Dropped with the plans, by any statement but a query (a `SET` among
@@ -136,7 +139,7 @@ pub struct PlanCache {
 
 impl PlanCache {
     /// What is known of the statement texts of shape `text`.
-    pub fn shape(&self, text: &str) -> Option<KnownShape> {
+    pub fn shape(&self, text: &str) -> Option<Arc<KnownShape>> {
         self.shapes.lock().expect("shape cache").get(text).cloned()
     }
 
@@ -146,7 +149,7 @@ impl PlanCache {
         if shapes.len() >= MAX_PLANS && !shapes.contains_key(&text) {
             shapes.clear();
         }
-        shapes.insert(text, shape);
+        shapes.insert(text, Arc::new(shape));
     }
 
     /// The plan kept under `key`.
@@ -177,12 +180,12 @@ impl PlanCache {
         self.reused.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Keeps a plan if its parameters can be told apart (distinct values).
-    pub fn put(&self, key: String, plan: CachedPlan) {
+    /// Keeps a plan if its parameters can be told apart (distinct values); whether it did.
+    pub fn put(&self, key: String, plan: CachedPlan) -> bool {
         for (i, a) in plan.params.iter().enumerate() {
             let a: Vec<f64> = a.iter().map(|x| *x as f32 as f64).collect();
             if param_of(&a, &plan.params[..i]).is_some() {
-                return;
+                return false;
             }
         }
         let mut plans = self.plans.lock().expect("plan cache");
@@ -190,6 +193,7 @@ impl PlanCache {
             plans.clear();
         }
         plans.insert(key, plan);
+        true
     }
 
     /// Forgets every plan and shape (after DDL, say).
@@ -517,6 +521,28 @@ pub fn rebind(
         return Ok(Some(same_node(plan, child)?));
     }
     Ok(None)
+}
+
+/// The kept [`reusable`] plan reading `snapshot` instead of the version it was planned on,
+/// when planning the query over `snapshot` would give the same plan
+/// ([`KnnExec::at_snapshot`]); `None` otherwise. Nodes above the search keep their
+/// properties: they depend on the schema, which is the same.
+pub fn retarget(
+    plan: &Arc<dyn ExecutionPlan>,
+    snapshot: Snapshot,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    if let Some(knn) = plan.downcast_ref::<KnnExec>() {
+        let moved = knn.at_snapshot(snapshot)?;
+        return Ok(moved.map(|k| Arc::new(k) as Arc<dyn ExecutionPlan>));
+    }
+    let children = plan.children();
+    let [child] = children.as_slice() else {
+        return Ok(None);
+    };
+    match retarget(child, snapshot)? {
+        Some(child) => Ok(Some(same_node(plan, child)?)),
+        None => Ok(None),
+    }
 }
 
 #[cfg(test)]

@@ -253,9 +253,9 @@ async fn run_vector_query(
     let options = session.options().fingerprint();
     let key = format!("{options:?}|{statement}");
     let is_query = matches!(&statement, DFStatement::Statement(s) if matches!(s.as_ref(), Statement::Query(_)));
-    let learnt = |plan_key: &str| {
+    let learnt = |plan: &CachedPlan| {
         if let Some((note, versions)) = learning.as_ref().filter(|_| is_query) {
-            note.learnt(plan_key, options, versions, &vectors);
+            note.learnt(plan, options, versions, &vectors);
         }
     };
     if let Some(cached) = session.plans.get(&key)
@@ -263,7 +263,7 @@ async fn run_vector_query(
         && let Some(plan) = plan_cache::rebind(&cached.plan, &cached.params, &vectors)?
     {
         session.plans.note_reuse();
-        learnt(&key);
+        learnt(&cached);
         return collect_physical(session, plan).await;
     }
     let referenced = match &statement {
@@ -291,14 +291,13 @@ async fn run_vector_query(
         // The kept plan is a copy with its vectors as parameters, never run itself: each
         // run gets a fresh copy of it.
         if let Some(kept) = plan_cache::rebind(&physical, &vectors, &vectors)? {
-            learnt(&key);
-            session.plans.put(
-                key,
-                CachedPlan {
-                    plan: kept,
-                    params: vectors,
-                },
-            );
+            let kept = CachedPlan {
+                plan: kept,
+                params: vectors.clone(),
+            };
+            if session.plans.put(key, kept.clone()) {
+                learnt(&kept);
+            }
         }
     }
     collect_physical(session, physical).await

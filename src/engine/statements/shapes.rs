@@ -10,12 +10,23 @@
 //! pinned to. The next text of the shape runs on the kept plan when all of those still hold
 //! (each table's newest version is checked as the full path checks it); anything else takes
 //! the full path, which also reports any error the text has.
+//!
+//! A commit to the table in between (a live table takes many a second) does not send every
+//! session back to the full path: the plan depends on a version only through the table's
+//! schema and index definitions, so when those are unchanged the kept plan moves on to the
+//! new version ([`plan_cache::retarget`]) and the shape remembers it with that version.
 
 use datafusion::common::Result;
 
 use super::query::{collect_physical, same_table_state};
-use crate::engine::plan_cache::{self, KnownShape, ShapeNote};
+use std::sync::Arc;
+
+use datafusion::physical_plan::ExecutionPlan;
+use object_store::ObjectMeta;
+
+use crate::engine::plan_cache::{self, CachedPlan, KnownShape, ShapeNote};
 use crate::engine::session::{FragvecSession, StatementResult};
+use crate::format::store::{Snapshot, TableDir};
 use crate::sql::vector_shape::{Shape, shape_of};
 
 /// The parser dialect `sql` is parsed in now.
@@ -59,7 +70,7 @@ pub fn remember(session: &FragvecSession, shape: Option<Shape>, note: ShapeNote)
             dialect: dialect(session),
             options: learnt.options,
             versions: learnt.versions,
-            plan_key: learnt.plan_key,
+            plan: learnt.plan,
             lengths: lists.iter().map(Vec::len).collect(),
             bindings,
         },
@@ -105,7 +116,11 @@ pub async fn run_known(
     {
         return Ok(None);
     }
+    let Some(params) = parameters(&known, lists) else {
+        return Ok(None);
+    };
     let mut checked = Vec::with_capacity(known.versions.len());
+    let mut newer = None;
     for (table, version) in &known.versions {
         let Ok(dir) = session.database().table(table) else {
             return Ok(None);
@@ -113,22 +128,70 @@ pub async fn run_known(
         // The check the full path's pinning makes; its errors are the full path's to report.
         match dir.latest_head_for_query().await {
             Ok(Some((v, meta))) if v == *version => checked.push((table.as_str(), v, meta)),
+            // Another commit to the one table read: the kept plan may read the new version.
+            Ok(Some((v, meta))) if v > *version && known.versions.len() == 1 => {
+                newer = Some((Arc::new(dir), v, meta));
+            }
             _ => return Ok(None),
         }
     }
-    let Some(cached) = session.plans.get(&known.plan_key) else {
-        return Ok(None);
+    let kept = match newer {
+        None if same_table_state(session, &known.plan.plan, &checked).await? => {
+            known.plan.plan.clone()
+        }
+        None => return Ok(None),
+        Some((dir, version, meta)) => {
+            let Some(moved) = moved_on(session, text, &known, dir, version, meta).await? else {
+                return Ok(None);
+            };
+            moved
+        }
     };
-    if !same_table_state(session, &cached.plan, &checked).await? {
-        return Ok(None);
-    }
-    let Some(params) = parameters(&known, lists) else {
-        return Ok(None);
-    };
-    let Some(plan) = plan_cache::rebind(&cached.plan, &cached.params, &params)? else {
+    let Some(plan) = plan_cache::rebind(&kept, &known.plan.params, &params)? else {
         return Ok(None);
     };
     session.plans.note_reuse();
     session.plans.note_shape_reuse();
     collect_physical(session, plan).await.map(Some)
+}
+
+/// The kept plan of `known` moved on to `version` of its one table (committed since it was
+/// planned), remembered as the shape's plan from now on; `None` when the new version needs
+/// another plan (see [`plan_cache::retarget`]) or the plan did not read the newest version.
+async fn moved_on(
+    session: &FragvecSession,
+    text: &str,
+    known: &KnownShape,
+    dir: Arc<TableDir>,
+    version: u64,
+    meta: Option<ObjectMeta>,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let Some(knn) = plan_cache::knn_of(&known.plan.plan) else {
+        return Ok(None);
+    };
+    let planned = &knn.scan_spec().snapshot;
+    if known.versions.first() != Some(&(planned.name().to_string(), planned.version())) {
+        return Ok(None); // the search read a named version, not the newest
+    }
+    let Ok(manifest) = dir.cached_manifest(version, meta).await else {
+        return Ok(None); // the full path reports what is wrong
+    };
+    let Ok(snapshot) = Snapshot::new(dir, manifest) else {
+        return Ok(None);
+    };
+    let Some(plan) = plan_cache::retarget(&known.plan.plan, snapshot)? else {
+        return Ok(None);
+    };
+    session.plans.learn_shape(
+        text.to_string(),
+        KnownShape {
+            versions: vec![(planned.name().to_string(), version)],
+            plan: CachedPlan {
+                plan: plan.clone(),
+                params: known.plan.params.clone(),
+            },
+            ..known.clone()
+        },
+    );
+    Ok(Some(plan))
 }
