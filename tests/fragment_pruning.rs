@@ -391,3 +391,29 @@ async fn knn_filters_skip_the_fragments_they_cannot_match() {
         }
     }
 }
+
+/// A float column's range is read back from the manifest bit for bit: read one ULP low, the
+/// file's maximum would fall below its own row and `x >= max` would skip the fragment that
+/// holds it. Read by another session, from the manifest file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_float_range_read_back_keeps_the_row_on_its_bound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().to_str().unwrap();
+    // 17 significant digits that a JSON parser without exact float parsing reads 1 ULP low.
+    let x = "3.7655533989270515e-296";
+    let writer = FragvecSession::open(path).await.unwrap();
+    writer
+        .sql(&format!(
+            "CREATE TABLE f (id BIGINT, x DOUBLE); INSERT INTO f VALUES (1, {x})"
+        ))
+        .await
+        .unwrap();
+    let reader = FragvecSession::open(path).await.unwrap();
+    for filter in [format!("x >= {x}"), format!("x = {x}"), format!("x <= {x}")] {
+        assert_eq!(
+            answer(&reader, "f", &filter).await,
+            (1, Some(1)),
+            "{filter}"
+        );
+    }
+}

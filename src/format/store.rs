@@ -692,11 +692,10 @@ impl TableDir {
                     e_tag: Some(e_tag),
                     version: put.version,
                 });
-                if let Some(meta) = &meta
-                    && let Ok(decoded) = Manifest::decode(&bytes, path.as_ref(), &self.name)
-                {
+                if let Some(meta) = &meta {
+                    // What was written, as a reader would decode it (encoding round-trips).
                     let key = self.manifest_key(manifest.version, meta);
-                    self.remember_manifest(key, Arc::new(decoded));
+                    self.remember_manifest(key, Arc::new(manifest.clone()));
                 }
                 self.known.committed(&self.name, manifest.version, meta);
                 Ok(true)
