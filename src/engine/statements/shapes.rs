@@ -16,14 +16,13 @@
 //! schema and index definitions, so when those are unchanged the kept plan moves on to the
 //! new version ([`plan_cache::retarget`]) and the shape remembers it with that version.
 
-use datafusion::common::Result;
-
-use super::query::{collect_physical, same_table_state};
 use std::sync::Arc;
 
+use datafusion::common::Result;
 use datafusion::physical_plan::ExecutionPlan;
 use object_store::ObjectMeta;
 
+use super::query::{collect_physical, same_table_state};
 use crate::engine::plan_cache::{self, CachedPlan, KnownShape, ShapeNote};
 use crate::engine::session::{FragvecSession, StatementResult};
 use crate::format::store::{Snapshot, TableDir};
