@@ -30,6 +30,7 @@ pub mod introspect;
 pub mod ivf;
 pub mod kmeans;
 pub mod knn;
+pub mod mask_cursor;
 pub mod nearest;
 pub mod optimize;
 pub mod ownership;

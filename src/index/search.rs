@@ -13,6 +13,7 @@ use roaring::{RoaringBitmap, RoaringTreemap};
 
 use super::distance::{BATCH_ROWS, Metric, dot_rows, l2_squared_rows, metric_key};
 use super::ivf::PQ_CODES;
+use super::mask_cursor::MaskCursor;
 use super::parallel;
 use super::quantized::RowBounds;
 use super::segment::Partition;
@@ -269,8 +270,9 @@ pub fn score_flat(
         }
         return;
     }
+    let mut cursor = mask.map(MaskCursor::new);
     for (addr, v) in part.addrs.iter().zip(part.vectors.chunks_exact(dim)) {
-        if let Some(m) = mask
+        if let Some(m) = cursor.as_mut()
             && !stats.count(m.verdict(*addr))
         {
             continue;
@@ -309,11 +311,12 @@ fn score_bounded(
     }
     let mut ids = [0u32; BATCH_ROWS];
     let mut sums = [0f32; BATCH_ROWS];
+    let mut cursor = mask.map(MaskCursor::new);
     for start in (0..part.len()).step_by(BATCH_ROWS) {
         let end = (start + BATCH_ROWS).min(part.len());
         let mut kept = 0;
         for (i, addr) in (start..end).zip(&part.addrs[start..end]) {
-            if let Some(m) = mask {
+            if let Some(m) = cursor.as_mut() {
                 if !stats.count(m.verdict(*addr)) {
                     continue;
                 }
@@ -400,8 +403,9 @@ pub fn score_pq(
     stats: &mut SearchStats,
 ) {
     stats.partitions_probed += 1;
+    let mut cursor = mask.map(MaskCursor::new);
     for (addr, codes) in part.addrs.iter().zip(part.codes.chunks_exact(sub_vectors)) {
-        if let Some(m) = mask
+        if let Some(m) = cursor.as_mut()
             && !stats.count(m.verdict(*addr))
         {
             continue;
