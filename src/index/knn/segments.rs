@@ -13,6 +13,7 @@ use crate::format::index_meta::IndexSegment;
 use crate::index::cache::{Probed, Translation};
 use crate::index::error::{IndexError, Result};
 use crate::index::ivf::IvfModel;
+use crate::index::mask_cursor::MaskCursor;
 use crate::index::search::{
     Candidate, RowMask, SearchStats, TopK, Verdict, score_flat, score_partitions, score_pq,
 };
@@ -528,10 +529,13 @@ impl Searcher<'_> {
         Counters::add(&self.counters.counted_for_slices, counted);
         let admitted = |addrs: &[u64]| match mask {
             None => addrs.len() as u64,
-            Some(m) => addrs
-                .iter()
-                .filter(|a| m.verdict(**a) == Verdict::Keep)
-                .count() as u64,
+            Some(m) => {
+                let mut cursor = MaskCursor::new(m);
+                addrs
+                    .iter()
+                    .filter(|a| cursor.verdict(**a) == Verdict::Keep)
+                    .count() as u64
+            }
         };
         Ok(probed
             .iter()
