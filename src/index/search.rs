@@ -6,18 +6,15 @@
 //! take the place of a valid one (a filter applied after the top-k could). Pure computation.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::sync::Arc;
-
-use roaring::{RoaringBitmap, RoaringTreemap};
 
 use super::distance::{BATCH_ROWS, Metric, dot_rows, l2_squared_rows, metric_key};
 use super::ivf::PQ_CODES;
-use super::mask_cursor::MaskCursor;
 use super::parallel;
 use super::quantized::RowBounds;
+pub use super::row_mask::{MaskCursor, RowMask, Verdict};
 use super::segment::Partition;
-use crate::ledger::ids::split_row_address;
 
 /// A scored row; ordered by key, then address (so ties break the same way every time).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -137,53 +134,6 @@ impl TopK {
     /// Its candidates, nearest first.
     pub fn into_sorted(self) -> Vec<Candidate> {
         self.heap.into_sorted_vec()
-    }
-}
-
-/// Why a row was dropped before scoring.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// The row may be returned.
-    Keep,
-    /// The segment no longer owns the row.
-    NotOwned,
-    /// The row was deleted.
-    Deleted,
-    /// The row fails the WHERE filter.
-    Filtered,
-}
-
-/// Which rows of a segment may be returned.
-#[derive(Debug, Default)]
-pub struct RowMask<'a> {
-    /// Fragments the segment owns and that are still in the table, ascending (a segment
-    /// owns few fragments: halving a short list beats hashing on every row).
-    pub owned: Vec<u64>,
-    /// Deleted rows, per owned fragment.
-    pub deletions: Option<&'a HashMap<u64, RoaringBitmap>>,
-    /// Addresses that pass the query's WHERE filter; `None` = no filter.
-    pub allowed: Option<&'a RoaringTreemap>,
-}
-
-impl RowMask<'_> {
-    /// Whether the row at `addr` may be returned, and if not why.
-    #[inline]
-    pub fn verdict(&self, addr: u64) -> Verdict {
-        let (frag, offset) = split_row_address(addr);
-        if self.owned.binary_search(&frag).is_err() {
-            return Verdict::NotOwned;
-        }
-        if let Some(d) = self.deletions.and_then(|d| d.get(&frag))
-            && d.contains(offset as u32)
-        {
-            return Verdict::Deleted;
-        }
-        if let Some(a) = self.allowed
-            && !a.contains(addr)
-        {
-            return Verdict::Filtered;
-        }
-        Verdict::Keep
     }
 }
 
@@ -424,6 +374,10 @@ pub fn score_pq(
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
+    use roaring::RoaringBitmap;
+
     use super::*;
     use crate::ledger::ids::row_address;
 

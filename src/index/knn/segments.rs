@@ -13,7 +13,7 @@ use crate::format::index_meta::IndexSegment;
 use crate::index::cache::{Probed, Translation};
 use crate::index::error::{IndexError, Result};
 use crate::index::ivf::IvfModel;
-use crate::index::mask_cursor::MaskCursor;
+use crate::index::row_mask::MaskCursor;
 use crate::index::search::{
     Candidate, RowMask, SearchStats, TopK, Verdict, score_flat, score_partitions, score_pq,
 };

@@ -1,4 +1,5 @@
-//! A segment's row mask asked row after row, for rows that come in address order.
+//! A segment's row mask: which rows of a segment a search may return ([`RowMask`]), and a
+//! cursor that asks it row after row, for rows that come in address order.
 //!
 //! [`RowMask::verdict`] answers one row from scratch: a search of the owned fragments, a
 //! hash lookup of the fragment's deleted rows and a search of that bitmap. Scoring an index
@@ -10,11 +11,59 @@
 //! answered by a plain lookup, and the walk starts again after it. Pure computation, the
 //! same verdicts as [`RowMask::verdict`] for any order of rows (property test below).
 
-use roaring::RoaringBitmap;
-use roaring::bitmap::Iter;
+use std::collections::HashMap;
 
-use super::search::{RowMask, Verdict};
+use roaring::bitmap::Iter;
+use roaring::{RoaringBitmap, RoaringTreemap};
+
 use crate::ledger::ids::split_row_address;
+
+/// Why a row was dropped before scoring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The row may be returned.
+    Keep,
+    /// The segment no longer owns the row.
+    NotOwned,
+    /// The row was deleted.
+    Deleted,
+    /// The row fails the WHERE filter.
+    Filtered,
+}
+
+/// Which rows of a segment may be returned.
+#[derive(Debug, Default)]
+pub struct RowMask<'a> {
+    /// Fragments the segment owns and that are still in the table, ascending (a segment
+    /// owns few fragments: halving a short list beats hashing on every row).
+    pub owned: Vec<u64>,
+    /// Deleted rows, per owned fragment.
+    pub deletions: Option<&'a HashMap<u64, RoaringBitmap>>,
+    /// Addresses that pass the query's WHERE filter; `None` = no filter.
+    pub allowed: Option<&'a RoaringTreemap>,
+}
+
+impl RowMask<'_> {
+    /// Whether the row at `addr` may be returned, and if not why.
+    #[inline]
+    pub fn verdict(&self, addr: u64) -> Verdict {
+        let (frag, offset) = split_row_address(addr);
+        if self.owned.binary_search(&frag).is_err() {
+            return Verdict::NotOwned;
+        }
+        if let Some(d) = self.deletions.and_then(|d| d.get(&frag))
+            && d.contains(offset as u32)
+        {
+            return Verdict::Deleted;
+        }
+        if let Some(a) = self.allowed
+            && !a.contains(addr)
+        {
+            return Verdict::Filtered;
+        }
+        Verdict::Keep
+    }
+}
 
 /// [`RowMask::verdict`] for a run of rows, cheapest when they come in address order.
 pub struct MaskCursor<'m, 'a> {
@@ -103,10 +152,7 @@ impl Fragment<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
     use proptest::prelude::*;
-    use roaring::RoaringTreemap;
 
     use super::*;
     use crate::ledger::ids::row_address;
