@@ -11,15 +11,19 @@ use rand::{Rng, SeedableRng};
 
 async fn table(path: &str) -> FragvecSession {
     let s = FragvecSession::open(path).await.unwrap();
-    s.sql(
-        "CREATE TABLE t (id BIGINT, c BIGINT, v VECTOR(8)); \
-         INSERT INTO t SELECT value, value % 3, [value % 11, value % 7, value % 5, value % 3, \
-             value % 13, value % 2, value % 17, value % 4] FROM generate_series(0, 599); \
-         CREATE VECTOR INDEX i ON t (v) USING IVF_FLAT WITH (num_partitions = 8)",
-    )
-    .await
-    .unwrap();
+    s.sql(&table_sql(0)).await.unwrap();
     s
+}
+
+/// The statements that make table `t` (three commits), its ids from `first_id` on.
+fn table_sql(first_id: i64) -> String {
+    format!(
+        "CREATE TABLE t (id BIGINT, c BIGINT, v VECTOR(8)); \
+         INSERT INTO t SELECT value + {first_id}, value % 3, [value % 11, value % 7, value % 5, \
+             value % 3, value % 13, value % 2, value % 17, value % 4] \
+             FROM generate_series(0, 599); \
+         CREATE VECTOR INDEX i ON t (v) USING IVF_FLAT WITH (num_partitions = 8)"
+    )
 }
 
 fn vectors(n: usize, seed: u64) -> Vec<String> {
@@ -175,13 +179,7 @@ async fn a_table_made_again_at_the_same_version_is_read_afresh() {
     // The same statements as `table`, with ids shifted: as many commits, other rows.
     let other = FragvecSession::open(path).await.unwrap();
     other
-        .sql(
-            "DROP TABLE t; CREATE TABLE t (id BIGINT, c BIGINT, v VECTOR(8)); \
-             INSERT INTO t SELECT value + 1000, value % 3, [value % 11, value % 7, value % 5, \
-                 value % 3, value % 13, value % 2, value % 17, value % 4] \
-                 FROM generate_series(0, 599); \
-             CREATE VECTOR INDEX i ON t (v) USING IVF_FLAT WITH (num_partitions = 8)",
-        )
+        .sql(&format!("DROP TABLE t; {}", table_sql(1000)))
         .await
         .unwrap();
     let got = rows(&s, &knn(&vs[3])).await;

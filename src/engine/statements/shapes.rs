@@ -169,7 +169,9 @@ async fn moved_on(
         return Ok(None);
     };
     let planned = &knn.scan_spec().snapshot;
-    if known.versions.first() != Some(&(planned.name().to_string(), planned.version())) {
+    let read_the_newest = matches!(known.versions.as_slice(),
+        [(table, v)] if table == planned.name() && *v == planned.version());
+    if !read_the_newest {
         return Ok(None); // the search read a named version, not the newest
     }
     let Ok(manifest) = dir.cached_manifest(version, meta).await else {
