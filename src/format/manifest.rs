@@ -48,6 +48,7 @@ pub const MANIFEST_MAGIC: &str = "fragvec-manifest";
 pub const FORMAT_VERSION: u32 = 1;
 /// Reader features this build understands. A table naming any other feature is refused.
 pub const KNOWN_READER_FEATURES: &[&str] = &[
+    feature::PACKED_VECTORS,
     feature::STABLE_ROW_IDS,
     feature::DELETION_FILES,
     feature::VECTOR_INDEX,
@@ -56,6 +57,7 @@ pub const KNOWN_READER_FEATURES: &[&str] = &[
 ];
 /// Writer features this build understands (a writer must understand reader features too).
 pub const KNOWN_WRITER_FEATURES: &[&str] = &[
+    feature::PACKED_VECTORS,
     feature::STABLE_ROW_IDS,
     feature::DELETION_FILES,
     feature::VECTOR_INDEX,
@@ -86,6 +88,10 @@ pub mod feature {
     /// it copies entries into its manifest, so it must not write the table. Readers that
     /// do not know them still read correctly, unverified.
     pub const CHECKSUMS: &str = "checksums";
+    /// The table has a vector column, which data files may store packed, as fixed-width
+    /// binary (see [`super::super::packed_vectors`]): a reader that does not know it would
+    /// refuse those files one by one, mid-query.
+    pub const PACKED_VECTORS: &str = "packed_vectors";
 }
 
 /// Default for the `max_rows_per_fragment` table option.
@@ -373,7 +379,7 @@ impl Manifest {
         }
         let mut writer_features = reader_features.clone();
         writer_features.insert(feature::CHECKSUMS.to_string());
-        let manifest = Manifest {
+        let mut manifest = Manifest {
             magic: MANIFEST_MAGIC.to_string(),
             format_version: FORMAT_VERSION,
             version: 1,
@@ -397,6 +403,7 @@ impl Manifest {
             },
         };
         manifest.arrow_schema()?;
+        manifest.sync_index_feature();
         Ok(manifest)
     }
 
@@ -627,11 +634,16 @@ impl Manifest {
         self.index_segments.iter().filter(move |s| s.index == index)
     }
 
-    /// Keeps the `vector_index` and `reuse_ledger` feature flags in step with whether the
-    /// table has indexes and ledger entries, and marks the table as written with checksums
-    /// (every commit goes through here).
+    /// Keeps the `vector_index`, `reuse_ledger`, `ivf_sq_index` and `packed_vectors` feature
+    /// flags in step with whether the table has indexes, ledger entries, IVF_SQ indexes and
+    /// vector columns, and marks the table as written with checksums (every commit goes
+    /// through here).
     pub fn sync_index_feature(&mut self) {
         self.writer_features.insert(feature::CHECKSUMS.to_string());
+        let vectors = self.columns.iter().any(|c| {
+            DataType::from_str(&c.data_type)
+                .is_ok_and(|dt| super::packed_vectors::packed_type(&dt).is_some())
+        });
         for flags in [&mut self.reader_features, &mut self.writer_features] {
             for (flag, on) in [
                 (feature::VECTOR_INDEX, !self.indexes.is_empty()),
@@ -640,6 +652,7 @@ impl Manifest {
                     feature::SCALAR_CODES_INDEX,
                     self.indexes.iter().any(|i| i.kind == IndexKind::IvfSq),
                 ),
+                (feature::PACKED_VECTORS, vectors),
             ] {
                 if on {
                     flags.insert(flag.to_string());

@@ -14,6 +14,7 @@
 //! * [`column_stats`]: each data file's column ranges, for skipping fragments;
 //! * [`types`]: the `VECTOR(n)` type; [`conform`]: batches conformed to a table schema;
 //!   [`storage_types`]: the types Parquet cannot store and what they are written as;
+//!   [`packed_vectors`]: vector columns written as one fixed-width value per row;
 //! * [`metered_store`]: a store wrapper counting requests and adding latency (benchmarks);
 //!   [`ranges`]: several ranges of one object read with few, concurrent requests;
 //! * [`progress`]: progress of long statements, reported to a sink the embedder provides;
@@ -38,6 +39,7 @@ pub mod ledger_io;
 mod local;
 pub mod manifest;
 pub mod metered_store;
+pub mod packed_vectors;
 pub mod policy;
 pub mod progress;
 pub mod ranges;

@@ -22,6 +22,10 @@
 //! * `RunEndEncoded(R, V)` → the storage type of `V`, decoded; re-encoded with Arrow's `cast`.
 //! * `Struct`, `List`, `LargeList`, `FixedSizeList` and `Map` map their children.
 //!
+//! One mapping is for speed, not because Parquet needs it: a table's vector column
+//! (`FixedSizeList<Float32>[n]`, a column of its own, not nested in another type) is stored
+//! packed as `FixedSizeBinary(4n)` (see [`super::packed_vectors`]).
+//!
 //! Every other type is its own storage type, and its arrays pass through untouched (a table of
 //! such types is written exactly as before this module existed).
 //!
@@ -55,6 +59,8 @@ use datafusion::arrow::datatypes::{
 };
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::row::{RowConverter, SortField};
+
+use super::packed_vectors::{pack, packed_type, unpack};
 
 type Result<T> = std::result::Result<T, ArrowError>;
 
@@ -101,26 +107,39 @@ fn parquet_keeps_dictionary_of(values: &DataType) -> bool {
 /// The type a column declared as `dt` is written to Parquet as (`dt` itself for every type
 /// Parquet stores as it is).
 pub fn storage_type(dt: &DataType) -> DataType {
+    packed_type(dt).unwrap_or_else(|| nested_storage_type(dt))
+}
+
+/// The storage type of `dt` anywhere in a column (a vector inside a struct or a list is
+/// stored as a list).
+fn nested_storage_type(dt: &DataType) -> DataType {
     match dt {
         DataType::Interval(IntervalUnit::MonthDayNano) => DataType::Struct(interval_fields()),
         DataType::Dictionary(_, values) if !parquet_keeps_dictionary_of(values) => {
-            storage_type(values)
+            nested_storage_type(values)
         }
-        DataType::RunEndEncoded(_, values) => storage_type(values.data_type()),
+        DataType::RunEndEncoded(_, values) => nested_storage_type(values.data_type()),
         DataType::Struct(fields) => {
-            DataType::Struct(fields.iter().map(storage_field).collect::<Fields>())
+            DataType::Struct(fields.iter().map(nested_storage_field).collect::<Fields>())
         }
-        DataType::List(f) => DataType::List(storage_field(f)),
-        DataType::LargeList(f) => DataType::LargeList(storage_field(f)),
-        DataType::FixedSizeList(f, n) => DataType::FixedSizeList(storage_field(f), *n),
-        DataType::Map(f, sorted) => DataType::Map(storage_field(f), *sorted),
+        DataType::List(f) => DataType::List(nested_storage_field(f)),
+        DataType::LargeList(f) => DataType::LargeList(nested_storage_field(f)),
+        DataType::FixedSizeList(f, n) => DataType::FixedSizeList(nested_storage_field(f), *n),
+        DataType::Map(f, sorted) => DataType::Map(nested_storage_field(f), *sorted),
         _ => dt.clone(),
     }
 }
 
-/// `field` with its storage type (the same `Arc` when nothing changes).
+/// `field` (a column) with its storage type (the same `Arc` when nothing changes).
 pub fn storage_field(field: &FieldRef) -> FieldRef {
-    let stored = storage_type(field.data_type());
+    with_type(field, storage_type(field.data_type()))
+}
+
+fn nested_storage_field(field: &FieldRef) -> FieldRef {
+    with_type(field, nested_storage_type(field.data_type()))
+}
+
+fn with_type(field: &FieldRef, stored: DataType) -> FieldRef {
     if &stored == field.data_type() {
         field.clone()
     } else {
@@ -163,10 +182,17 @@ pub fn unstorable(dt: &DataType) -> Option<String> {
     }
 }
 
-/// The stored form of `array` (of its own, declared type).
+/// The stored form of `array`, a column of its own, declared type.
 pub fn to_storage(array: &ArrayRef) -> Result<ArrayRef> {
+    match packed_type(array.data_type()) {
+        Some(_) => Ok(Arc::new(pack(array.as_fixed_size_list())?)),
+        None => nested_to_storage(array),
+    }
+}
+
+fn nested_to_storage(array: &ArrayRef) -> Result<ArrayRef> {
     let dt = array.data_type();
-    if !is_mapped(dt) {
+    if &nested_storage_type(dt) == dt {
         return Ok(array.clone());
     }
     match dt {
@@ -183,28 +209,38 @@ pub fn to_storage(array: &ArrayRef) -> Result<ArrayRef> {
                 a.nulls().cloned(),
             )?))
         }
-        DataType::Dictionary(_, _) => to_storage(&decode_dictionary(array)?),
-        DataType::RunEndEncoded(_, values) => to_storage(&cast(array, values.data_type())?),
+        DataType::Dictionary(_, _) => nested_to_storage(&decode_dictionary(array)?),
+        DataType::RunEndEncoded(_, values) => nested_to_storage(&cast(array, values.data_type())?),
         DataType::Struct(_) => {
             let s = array.as_struct();
             let columns = s
                 .columns()
                 .iter()
-                .map(to_storage)
+                .map(nested_to_storage)
                 .collect::<Result<Vec<_>>>()?;
-            let fields = fields_of(&storage_type(dt))?;
+            let fields = fields_of(&nested_storage_type(dt))?;
             Ok(Arc::new(StructArray::try_new(
                 fields,
                 columns,
                 s.nulls().cloned(),
             )?))
         }
-        DataType::List(_) => list(array.as_list::<i32>(), &storage_type(dt), to_storage),
-        DataType::LargeList(_) => list(array.as_list::<i64>(), &storage_type(dt), to_storage),
-        DataType::FixedSizeList(_, _) => {
-            fixed_list(array.as_fixed_size_list(), &storage_type(dt), to_storage)
-        }
-        DataType::Map(_, _) => map(array.as_map(), &storage_type(dt), to_storage),
+        DataType::List(_) => list(
+            array.as_list::<i32>(),
+            &nested_storage_type(dt),
+            nested_to_storage,
+        ),
+        DataType::LargeList(_) => list(
+            array.as_list::<i64>(),
+            &nested_storage_type(dt),
+            nested_to_storage,
+        ),
+        DataType::FixedSizeList(_, _) => fixed_list(
+            array.as_fixed_size_list(),
+            &nested_storage_type(dt),
+            nested_to_storage,
+        ),
+        DataType::Map(_, _) => map(array.as_map(), &nested_storage_type(dt), nested_to_storage),
         _ => Err(mismatch(dt, dt)),
     }
 }
@@ -212,21 +248,29 @@ pub fn to_storage(array: &ArrayRef) -> Result<ArrayRef> {
 /// The declared form (`logical`) of `array`, which holds `storage_type(logical)` (or already
 /// `logical`).
 pub fn from_storage(array: &ArrayRef, logical: &DataType) -> Result<ArrayRef> {
+    match array.as_fixed_size_binary_opt() {
+        Some(packed) if packed_type(logical).is_some() => Ok(Arc::new(unpack(packed, logical)?)),
+        // A vector column written before packing holds its declared type.
+        _ => nested_from_storage(array, logical),
+    }
+}
+
+fn nested_from_storage(array: &ArrayRef, logical: &DataType) -> Result<ArrayRef> {
     let dt = array.data_type();
     if dt == logical {
         return Ok(array.clone());
     }
-    if dt != &storage_type(logical) {
+    if dt != &nested_storage_type(logical) {
         return Err(mismatch(dt, logical));
     }
     match logical {
         DataType::Interval(IntervalUnit::MonthDayNano) => interval_from_struct(array.as_struct()),
         DataType::Dictionary(key, values) => {
-            let decoded = from_storage(array, values)?;
+            let decoded = nested_from_storage(array, values)?;
             encode_dictionary(&decoded, key, values)
         }
         DataType::RunEndEncoded(_, values) => {
-            let decoded = from_storage(array, values.data_type())?;
+            let decoded = nested_from_storage(array, values.data_type())?;
             let options = CastOptions {
                 safe: false,
                 ..Default::default()
@@ -239,7 +283,7 @@ pub fn from_storage(array: &ArrayRef, logical: &DataType) -> Result<ArrayRef> {
                 .columns()
                 .iter()
                 .zip(fields.iter())
-                .map(|(c, f)| from_storage(c, f.data_type()))
+                .map(|(c, f)| nested_from_storage(c, f.data_type()))
                 .collect::<Result<Vec<_>>>()?;
             Ok(Arc::new(StructArray::try_new(
                 fields.clone(),
@@ -248,15 +292,17 @@ pub fn from_storage(array: &ArrayRef, logical: &DataType) -> Result<ArrayRef> {
             )?))
         }
         DataType::List(f) => list(array.as_list::<i32>(), logical, |v| {
-            from_storage(v, f.data_type())
+            nested_from_storage(v, f.data_type())
         }),
         DataType::LargeList(f) => list(array.as_list::<i64>(), logical, |v| {
-            from_storage(v, f.data_type())
+            nested_from_storage(v, f.data_type())
         }),
         DataType::FixedSizeList(f, _) => fixed_list(array.as_fixed_size_list(), logical, |v| {
-            from_storage(v, f.data_type())
+            nested_from_storage(v, f.data_type())
         }),
-        DataType::Map(f, _) => map(array.as_map(), logical, |v| from_storage(v, f.data_type())),
+        DataType::Map(f, _) => map(array.as_map(), logical, |v| {
+            nested_from_storage(v, f.data_type())
+        }),
         _ => Err(mismatch(dt, logical)),
     }
 }

@@ -11,7 +11,7 @@ use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::basic::Compression;
 use datafusion::parquet::errors::ParquetError;
 use datafusion::parquet::file::metadata::KeyValue;
-use datafusion::parquet::file::properties::WriterProperties;
+use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties};
 use datafusion::parquet::schema::types::ColumnPath;
 use futures::{Stream, StreamExt};
 use object_store::ObjectStoreExt;
@@ -38,20 +38,31 @@ pub struct WrittenFragment {
     pub physical_rows: u64,
 }
 
-fn writer_properties(schema: &SchemaRef) -> WriterProperties {
+/// Parquet's settings for a file of `stored` (the storage types of `declared`).
+fn writer_properties(declared: &SchemaRef, stored: &SchemaRef) -> WriterProperties {
     let mut builder = WriterProperties::builder();
     // Vector values almost never repeat: a dictionary only costs hashing every float.
-    for field in schema.fields() {
-        if let DataType::FixedSizeList(item, _) | DataType::List(item) = field.data_type() {
-            let path = ColumnPath::new(vec![
+    for (field, stored) in declared.fields().iter().zip(stored.fields()) {
+        let path = match stored.data_type() {
+            DataType::FixedSizeList(item, _) | DataType::List(item) => ColumnPath::new(vec![
                 field.name().clone(),
                 "list".to_string(),
                 item.name().clone(),
-            ]);
-            builder = builder
-                .set_column_dictionary_enabled(path.clone(), false)
-                .set_column_data_page_size_limit(path, VECTOR_PAGE_BYTES);
-        }
+            ]),
+            // Packed vectors: min / max of their bytes would mean nothing and a column index
+            // of them would cost up to 128 bytes per page; chunk statistics keep the NULL
+            // counts that `row_groups_with_nulls` reads.
+            DataType::FixedSizeBinary(_) if stored.data_type() != field.data_type() => {
+                let path = ColumnPath::new(vec![field.name().clone()]);
+                builder =
+                    builder.set_column_statistics_enabled(path.clone(), EnabledStatistics::Chunk);
+                path
+            }
+            _ => continue,
+        };
+        builder = builder
+            .set_column_dictionary_enabled(path.clone(), false)
+            .set_column_data_page_size_limit(path, VECTOR_PAGE_BYTES);
     }
     builder
         .set_compression(Compression::LZ4_RAW)
@@ -102,12 +113,15 @@ impl FileWriter {
         let relative = format!("data/{}.parquet", random_tag());
         let path = dir.path(&relative);
         let object = BufWriter::new(dir.store().clone(), path.clone());
-        let writer =
-            ArrowWriter::try_new(Vec::new(), stored.clone(), Some(writer_properties(&stored)))
-                .map_err(|e| FormatError::Parquet {
-                    path: path.to_string(),
-                    source: e,
-                })?;
+        let writer = ArrowWriter::try_new(
+            Vec::new(),
+            stored.clone(),
+            Some(writer_properties(schema, &stored)),
+        )
+        .map_err(|e| FormatError::Parquet {
+            path: path.to_string(),
+            source: e,
+        })?;
         Ok(Self {
             dir: dir.clone(),
             relative,

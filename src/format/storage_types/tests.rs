@@ -250,10 +250,16 @@ fn plain_types_are_their_own_storage() {
         DataType::Utf8,
         DataType::Interval(IntervalUnit::DayTime),
         DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
-        crate::format::types::vector_type(3),
     ] {
         assert_eq!(storage_type(&dt), dt);
     }
+    // A vector column is packed; a vector inside another type stays a list.
+    let vector = crate::format::types::vector_type(3);
+    assert_eq!(storage_type(&vector), DataType::FixedSizeBinary(12));
+    let nested = DataType::List(Arc::new(Field::new_list_field(vector.clone(), true)));
+    assert_eq!(storage_type(&nested), nested);
+    let nested_struct = DataType::Struct(Fields::from(vec![Field::new("v", vector, true)]));
+    assert_eq!(storage_type(&nested_struct), nested_struct);
     let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, true)]));
     assert!(Arc::ptr_eq(&storage_schema(&schema), &schema));
 }
