@@ -53,6 +53,30 @@ async fn commit_written(snap: &Snapshot, written: Vec<WrittenFragment>) -> Resul
     commit(&snap.dir, &snap.manifest, &txn).await
 }
 
+/// Every fragment of `snap`, in order, read as `schema` in one batch.
+async fn read_all(snap: &Snapshot, schema: &SchemaRef, batch_size: usize) -> RecordBatch {
+    use futures::TryStreamExt;
+    let mut all = Vec::new();
+    for f in &snap.manifest.fragments {
+        let batches: Vec<RecordBatch> =
+            read_fragment(snap.dir.clone(), f, schema.clone(), batch_size)
+                .try_collect()
+                .await
+                .unwrap();
+        all.extend(batches);
+    }
+    datafusion::arrow::compute::concat_batches(schema, &all).unwrap()
+}
+
+/// The Arrow schema a data file was written with (its storage types).
+fn stored_schema(path: std::path::PathBuf) -> SchemaRef {
+    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
+        .unwrap()
+        .schema()
+        .clone()
+}
+
 async fn read_ids(snap: &Snapshot) -> Vec<i64> {
     let mut out = Vec::new();
     for frag in &snap.manifest.fragments {
@@ -425,7 +449,6 @@ async fn unstorable_types_round_trip_through_fragments() {
     use datafusion::arrow::compute::{cast, concat_batches};
     use datafusion::arrow::datatypes::{Int32Type, IntervalMonthDayNano, IntervalUnit};
     use datafusion::arrow::util::pretty::pretty_format_batches;
-    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     use futures::TryStreamExt;
 
     let tmp = tempfile::tempdir().unwrap();
@@ -502,26 +525,13 @@ async fn unstorable_types_round_trip_through_fragments() {
     assert_eq!(written.len(), 2);
     // The file holds the storage types.
     let path = tmp.path().join("odd").join(&written[0].files[0].path);
-    let stored = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
-        .unwrap()
-        .schema()
-        .clone();
+    let stored = stored_schema(path);
     assert!(matches!(stored.field(1).data_type(), DataType::Struct(_)));
     assert_eq!(stored.field(4).data_type(), &DataType::Utf8);
     let snap = commit_written(&snap, written).await.unwrap();
     let read = |schema: SchemaRef| {
         let snap = snap.clone();
-        async move {
-            let mut all = Vec::new();
-            for f in &snap.manifest.fragments {
-                let b: Vec<RecordBatch> = read_fragment(snap.dir.clone(), f, schema.clone(), 2)
-                    .try_collect()
-                    .await
-                    .unwrap();
-                all.extend(b);
-            }
-            concat_batches(&schema, &all).unwrap()
-        }
+        async move { read_all(&snap, &schema, 2).await }
     };
     let text = |b: &RecordBatch| {
         pretty_format_batches(std::slice::from_ref(b))
@@ -706,109 +716,4 @@ async fn a_large_row_group_is_fetched_in_bounded_windows() {
     assert!(largest_request(store.take_trace()) <= BOUND);
 }
 
-/// A vector column is written packed (fixed-width binary), the table names the
-/// `packed_vectors` feature, and a file that still holds the column as a list (written before
-/// packing) is read beside packed ones: whole, and by offsets, as a KNN re-rank reads it.
-#[tokio::test]
-async fn vector_columns_are_packed_and_list_files_still_read() {
-    use datafusion::arrow::array::{ArrayRef, FixedSizeListArray, Float32Array};
-    use datafusion::arrow::buffer::NullBuffer;
-    use datafusion::arrow::compute::concat_batches;
-    use datafusion::parquet::arrow::ArrowWriter;
-    use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-    use futures::TryStreamExt;
-
-    let tmp = tempfile::tempdir().unwrap();
-    let db = Database::open(tmp.path().to_str().unwrap()).await.unwrap();
-    let vector = crate::format::types::vector_type(3);
-    let schema: SchemaRef = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("emb", vector.clone(), true),
-    ]));
-    let DataType::FixedSizeList(item, _) = &vector else {
-        unreachable!()
-    };
-    let rows = |from: i64| {
-        let floats: Vec<f32> = (0..12).map(|i| from as f32 + i as f32 / 7.0).collect();
-        let emb = FixedSizeListArray::new(
-            item.clone(),
-            3,
-            Arc::new(Float32Array::from(floats)),
-            Some(NullBuffer::from(vec![true, false, true, true])),
-        );
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(Int64Array::from_iter_values(from..from + 4)),
-            Arc::new(emb),
-        ];
-        RecordBatch::try_new(schema.clone(), columns).unwrap()
-    };
-    let snap = db
-        .create_table("v", &schema, TableProperties::default())
-        .await
-        .unwrap();
-    assert!(
-        snap.manifest
-            .reader_features
-            .contains(manifest::feature::PACKED_VECTORS)
-    );
-    let packed = write_fragments(&snap.dir, &schema, futures::stream::iter([Ok(rows(0))]), 4)
-        .await
-        .unwrap();
-    let path = tmp.path().join("v").join(&packed[0].files[0].path);
-    let stored = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
-        .unwrap()
-        .schema()
-        .clone();
-    assert_eq!(stored.field(1).data_type(), &DataType::FixedSizeBinary(12));
-    // A file as fragvec wrote it before packing: the declared list type, no checksums.
-    let mut old = Vec::new();
-    let mut writer = ArrowWriter::try_new(&mut old, schema.clone(), None).unwrap();
-    writer.write(&rows(100)).unwrap();
-    writer.close().unwrap();
-    let relative = "data/before-packing.parquet".to_string();
-    std::fs::write(tmp.path().join("v").join(&relative), &old).unwrap();
-    let listed = WrittenFragment {
-        files: vec![manifest::DataFile {
-            path: relative,
-            columns: vec!["id".into(), "emb".into()],
-            size_bytes: old.len() as u64,
-            footer: None,
-            stats: vec![],
-        }],
-        physical_rows: 4,
-    };
-    let snap = commit_written(&snap, vec![listed, packed[0].clone()])
-        .await
-        .unwrap();
-    assert!(
-        snap.manifest
-            .reader_features
-            .contains(manifest::feature::PACKED_VECTORS)
-    );
-    assert!(
-        snap.manifest
-            .writer_features
-            .contains(manifest::feature::PACKED_VECTORS)
-    );
-    let mut all = Vec::new();
-    for f in &snap.manifest.fragments {
-        let batches: Vec<RecordBatch> = read_fragment(snap.dir.clone(), f, schema.clone(), 3)
-            .try_collect()
-            .await
-            .unwrap();
-        all.extend(batches);
-        let by_offset: Vec<RecordBatch> =
-            fragment_io::read_fragment_rows(snap.dir.clone(), f, schema.clone(), &[1, 3])
-                .try_collect()
-                .await
-                .unwrap();
-        let from = if f.id == 0 { 100 } else { 0 };
-        let wanted = concat_batches(&schema, &[rows(from).slice(1, 1), rows(from).slice(3, 1)]);
-        assert_eq!(
-            concat_batches(&schema, &by_offset).unwrap(),
-            wanted.unwrap()
-        );
-    }
-    let expected = concat_batches(&schema, &[rows(100), rows(0)]).unwrap();
-    assert_eq!(concat_batches(&schema, &all).unwrap(), expected);
-}
+mod packed;
