@@ -209,7 +209,13 @@ pub fn decode_addrs(bytes: &[u8]) -> Vec<u64> {
 
 /// Encodes partitions (flat vectors when `pq_width == 0`, else PQ codes of that width).
 pub fn encode(partitions: &[Partition], row_width: usize) -> Vec<u8> {
-    let mut out = Vec::new();
+    // Sized exactly: grown by doubling, a 520 MB segment took a 1 GiB buffer and, while it
+    // moved, 1.5 GiB — the peak of a whole 1M × 128 build.
+    let data: usize = partitions
+        .iter()
+        .map(|p| p.addrs.len() * 8 + p.vectors.len() * 4 + p.codes.len())
+        .sum();
+    let mut out = Vec::with_capacity(data + footer_len(partitions.len()));
     let mut index = Vec::with_capacity(partitions.len());
     for p in partitions {
         let start = out.len();
@@ -228,7 +234,13 @@ pub fn encode(partitions: &[Partition], row_width: usize) -> Vec<u8> {
         index.push((start as u64, p.len() as u64, sums));
     }
     append_footer(&mut out, row_width, &index);
+    debug_assert_eq!(out.len(), data + footer_len(partitions.len()));
     out
+}
+
+/// Bytes [`append_footer`] appends for `partitions` partitions.
+fn footer_len(partitions: usize) -> usize {
+    MAGIC.len() + 4 + 4 + partitions * (8 + 8 + 4 + 4) + 4 + 8 + END_MAGIC.len()
 }
 
 /// Appends the footer describing `index` (per partition: offset, rows, checksums), its
