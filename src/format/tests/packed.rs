@@ -41,11 +41,11 @@ async fn vector_columns_are_packed_and_list_files_still_read() {
         .create_table("v", &schema, TableProperties::default())
         .await
         .unwrap();
-    assert!(
-        snap.manifest
-            .reader_features
-            .contains(manifest::feature::PACKED_VECTORS)
-    );
+    let flagged = |m: &Manifest| {
+        let flag = manifest::feature::PACKED_VECTORS;
+        m.reader_features.contains(flag) && m.writer_features.contains(flag)
+    };
+    assert!(flagged(&snap.manifest));
     let packed = write_fragments(&snap.dir, &schema, futures::stream::iter([Ok(rows(0))]), 4)
         .await
         .unwrap();
@@ -74,16 +74,7 @@ async fn vector_columns_are_packed_and_list_files_still_read() {
     let snap = commit_written(&snap, vec![listed, packed[0].clone()])
         .await
         .unwrap();
-    assert!(
-        snap.manifest
-            .reader_features
-            .contains(manifest::feature::PACKED_VECTORS)
-    );
-    assert!(
-        snap.manifest
-            .writer_features
-            .contains(manifest::feature::PACKED_VECTORS)
-    );
+    assert!(flagged(&snap.manifest));
     for f in &snap.manifest.fragments {
         let by_offset: Vec<RecordBatch> =
             fragment_io::read_fragment_rows(snap.dir.clone(), f, schema.clone(), &[1, 3])
