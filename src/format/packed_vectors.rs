@@ -78,18 +78,15 @@ pub fn pack(list: &FixedSizeListArray) -> Result<FixedSizeBinaryArray> {
 
 /// The vectors of a packed column, as the declared vector type `logical`.
 pub fn unpack(packed: &FixedSizeBinaryArray, logical: &DataType) -> Result<FixedSizeListArray> {
-    let (item, dim) = match logical {
-        DataType::FixedSizeList(item, dim) if packed_type(logical).is_some() => (item, *dim),
-        _ => {
-            return Err(ArrowError::InvalidArgumentError(format!(
-                "{logical} is not a vector type"
-            )));
-        }
-    };
-    if packed_type(logical).as_ref() != Some(packed.data_type()) {
+    let (DataType::FixedSizeList(item, dim), Some(stored)) = (logical, packed_type(logical)) else {
         return Err(ArrowError::InvalidArgumentError(format!(
-            "{logical} is stored as {}, not {}",
-            packed_type(logical).expect("a vector type"),
+            "{logical} is not a vector type"
+        )));
+    };
+    let dim = *dim;
+    if &stored != packed.data_type() {
+        return Err(ArrowError::InvalidArgumentError(format!(
+            "{logical} is stored as {stored}, not {}",
             packed.data_type()
         )));
     }

@@ -473,4 +473,4 @@ fn map(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

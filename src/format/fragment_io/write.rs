@@ -23,6 +23,7 @@ use crate::format::error::{FormatError, Result};
 use crate::format::integrity::parquet_io::PageChecksummer;
 use crate::format::integrity::units::PAGE_CRC_KEY;
 use crate::format::manifest::DataFile;
+use crate::format::packed_vectors::packed_type;
 use crate::format::storage_types::{storage_schema, to_storage, unstorable};
 use crate::format::store::{TableDir, random_tag};
 
@@ -52,7 +53,7 @@ fn writer_properties(declared: &SchemaRef, stored: &SchemaRef) -> WriterProperti
             // Packed vectors: min / max of their bytes would mean nothing and a column index
             // of them would cost up to 128 bytes per page; chunk statistics keep the NULL
             // counts that `row_groups_with_nulls` reads.
-            DataType::FixedSizeBinary(_) if stored.data_type() != field.data_type() => {
+            _ if packed_type(field.data_type()).is_some() => {
                 let path = ColumnPath::new(vec![field.name().clone()]);
                 builder =
                     builder.set_column_statistics_enabled(path.clone(), EnabledStatistics::Chunk);

@@ -1,12 +1,9 @@
 //! Packing against the naive reference (each vector's floats, bit for bit), through a real
 //! Parquet file as the fragment writer and reader use it.
 
-use bytes::Bytes;
-use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::buffer::NullBuffer;
-use datafusion::arrow::datatypes::{Field, Schema};
-use datafusion::parquet::arrow::ArrowWriter;
-use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use datafusion::arrow::datatypes::Field;
 use proptest::prelude::*;
 
 use super::*;
@@ -36,32 +33,13 @@ fn rows(list: &FixedSizeListArray) -> Vec<Option<Vec<u32>>> {
         .collect()
 }
 
+/// `packed` through a Parquet file, as the storage types' tests write and read one.
 fn through_parquet(packed: &FixedSizeBinaryArray) -> FixedSizeBinaryArray {
     let array: ArrayRef = Arc::new(packed.clone());
-    let schema = Arc::new(Schema::new(vec![Field::new(
-        "v",
-        array.data_type().clone(),
-        true,
-    )]));
-    let batch = RecordBatch::try_new(schema.clone(), vec![array]).unwrap();
-    let mut writer = ArrowWriter::try_new(Vec::new(), schema, None).unwrap();
-    writer.write(&batch).unwrap();
-    let file = Bytes::from(writer.into_inner().unwrap());
-    let batches: Vec<RecordBatch> = ParquetRecordBatchReaderBuilder::try_new(file)
+    crate::format::storage_types::tests::through_parquet(&array)
         .unwrap()
-        .with_batch_size(7)
-        .build()
-        .unwrap()
-        .collect::<std::result::Result<_, _>>()
-        .unwrap();
-    let columns: Vec<&dyn Array> = batches.iter().map(|b| b.column(0).as_ref()).collect();
-    match columns.is_empty() {
-        true => FixedSizeBinaryArray::new_null(packed.value_length(), 0),
-        false => datafusion::arrow::compute::concat(&columns)
-            .unwrap()
-            .as_fixed_size_binary()
-            .clone(),
-    }
+        .as_fixed_size_binary()
+        .clone()
 }
 
 proptest! {

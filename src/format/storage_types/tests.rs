@@ -24,7 +24,7 @@ use super::*;
 
 /// Writes `array` as the one column of a Parquet file and reads it back, as fragvec's writer
 /// and reader do (the Arrow schema embedded as a hint). A writer panic is an error here.
-fn through_parquet(array: &ArrayRef) -> std::result::Result<ArrayRef, String> {
+pub(crate) fn through_parquet(array: &ArrayRef) -> std::result::Result<ArrayRef, String> {
     let schema = Arc::new(Schema::new(vec![Field::new(
         "c",
         array.data_type().clone(),

@@ -9,7 +9,7 @@
 //! them. Memory: 24 bytes per partition; no data is kept.
 
 use super::groups::Block;
-use super::{PartitionChecksum, append_footer};
+use super::{PartitionChecksum, append_footer, footer_len};
 use crate::format::integrity::crc32c_append;
 
 /// Checksums a segment's data section as it is written, then makes its footer.
@@ -94,7 +94,7 @@ impl SegmentEncoder {
                 self.written
             ));
         }
-        let mut out = Vec::with_capacity(self.index.len() * 24 + 36);
+        let mut out = Vec::with_capacity(footer_len(self.index.len()));
         append_footer(&mut out, self.row_width, &self.index);
         Ok(out)
     }
