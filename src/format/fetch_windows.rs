@@ -150,6 +150,45 @@ pub fn selected_rows(selection: &RowSelection) -> u64 {
         .sum()
 }
 
+/// The batch size to read `selection` (over row groups of `group_rows` rows, in file
+/// order; `None` = every row) with: `batch_size`, or fewer when no row group gives that many
+/// selected rows. Parquet's decoder reserves a whole batch per column before each read and
+/// the array it returns keeps that capacity, and a batch never spans row groups: a re-rank
+/// of 1,000 rows over 16 row groups held 16 arrays sized for 1,000 rows of 768 floats.
+pub fn batch_rows(
+    batch_size: usize,
+    selection: Option<&RowSelection>,
+    group_rows: impl IntoIterator<Item = u64>,
+) -> usize {
+    let Some(selection) = selection else {
+        return batch_size.max(1);
+    };
+    let ranges = selected_ranges(selection);
+    let mut next = ranges.iter().peekable();
+    let (mut most, mut start) = (0u64, 0u64);
+    for rows in group_rows {
+        let end = start + rows;
+        let mut in_group = 0;
+        // Ranges are ascending and disjoint; one may run on into the next row groups.
+        while let Some(r) = next.peek() {
+            if r.start >= end {
+                break;
+            }
+            in_group += r.end.min(end) - r.start.max(start);
+            if r.end > end {
+                break;
+            }
+            next.next();
+        }
+        most = most.max(in_group);
+        start = end;
+    }
+    usize::try_from(most)
+        .unwrap_or(usize::MAX)
+        .min(batch_size)
+        .max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,6 +279,34 @@ mod tests {
                 at = x.rows.end;
             }
             prop_assert_eq!(at, *starts.last().unwrap());
+        }
+
+        #[test]
+        fn a_batch_is_no_larger_than_the_most_rows_one_row_group_gives(
+            sizes in prop::collection::vec(0u64..300, 0..5),
+            picks in prop::collection::vec(any::<bool>(), 0..1200),
+            batch_size in 0usize..400,
+        ) {
+            let total: u64 = sizes.iter().sum();
+            let selection = RowSelection::from_consecutive_ranges(
+                (0..total)
+                    .filter(|&r| picks.get(r as usize).copied().unwrap_or(false))
+                    .map(|r| r as usize..r as usize + 1),
+                total as usize,
+            );
+            let mut start = 0;
+            let most = sizes.iter().map(|&rows| {
+                let n = (start..start + rows)
+                    .filter(|&r| picks.get(r as usize).copied().unwrap_or(false))
+                    .count();
+                start += rows;
+                n
+            }).max().unwrap_or(0);
+            prop_assert_eq!(
+                batch_rows(batch_size, Some(&selection), sizes.iter().copied()),
+                most.min(batch_size).max(1)
+            );
+            prop_assert_eq!(batch_rows(batch_size, None, sizes.iter().copied()), batch_size.max(1));
         }
 
         #[test]

@@ -21,8 +21,8 @@ use futures::{StreamExt, TryStreamExt};
 
 use crate::format::error::{FormatError, Result};
 use crate::format::fetch_windows::{
-    FETCH_BYTES, GroupSize, concurrent_windows, fetch_windows, selected_ranges, selected_rows,
-    window_selection,
+    FETCH_BYTES, GroupSize, batch_rows, concurrent_windows, fetch_windows, selected_ranges,
+    selected_rows, window_selection,
 };
 use crate::format::integrity::parquet_io::{VerifyingReader, format_error, load_verified};
 use crate::format::integrity::units::UnitTable;
@@ -464,12 +464,19 @@ impl FileReader {
             )),
             None => Box::new(object),
         };
+        let groups = self.opened.metadata.metadata().row_groups();
+        let group_rows = match group {
+            Some(g) => groups.get(g..=g).unwrap_or_default().iter(),
+            None => groups.iter(),
+        }
+        .map(|g| g.num_rows().max(0) as u64);
+        let batch_size = batch_rows(self.batch_size, selection.as_ref(), group_rows);
         let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(
             reader,
             self.opened.metadata.clone(),
         )
         .with_projection(self.mask.clone())
-        .with_batch_size(self.batch_size);
+        .with_batch_size(batch_size);
         if let Some(group) = group {
             builder = builder.with_row_groups(vec![group]);
         }

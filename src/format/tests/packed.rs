@@ -91,3 +91,85 @@ async fn vector_columns_are_packed_and_list_files_still_read() {
     let expected = concat_batches(&schema, &[rows(100), rows(0)]).unwrap();
     assert_eq!(read_all(&snap, &schema, 3).await, expected);
 }
+
+/// Rows read by offset from several row groups come back in arrays sized for the rows each
+/// group gave, not for every row asked of the fragment: a KNN re-rank holds its batches
+/// until it has scored them all, and a packed 768-float column sized for the whole request
+/// in every row group held 3 MB per group under concurrent queries.
+#[tokio::test]
+async fn rows_read_by_offset_hold_no_more_than_their_bytes() {
+    use datafusion::arrow::array::{Array, FixedSizeListArray, Float32Array};
+    use futures::TryStreamExt;
+
+    const DIM: i32 = 16;
+    let groups = 3;
+    let rows = groups * fragment_io::ROW_GROUP_ROWS;
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Database::open(tmp.path().to_str().unwrap()).await.unwrap();
+    let vector = crate::format::types::vector_type(DIM);
+    let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new("emb", vector.clone(), false)]));
+    let DataType::FixedSizeList(item, _) = &vector else {
+        unreachable!()
+    };
+    let floats = Float32Array::from_iter_values((0..rows * DIM as usize).map(|i| i as f32));
+    let emb = FixedSizeListArray::new(item.clone(), DIM, Arc::new(floats), None);
+    let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(emb)]).unwrap();
+    let snap = db
+        .create_table("v", &schema, TableProperties::default())
+        .await
+        .unwrap();
+    let written = write_fragments(
+        &snap.dir,
+        &schema,
+        futures::stream::iter([Ok(batch)]),
+        rows as u64,
+    )
+    .await
+    .unwrap();
+    let snap = commit_written(&snap, written).await.unwrap();
+    let fragment = &snap.manifest.fragments[0];
+    // 40 rows from each row group.
+    let offsets: Vec<u64> = (0..groups as u64)
+        .flat_map(|g| (0..40).map(move |i| g * fragment_io::ROW_GROUP_ROWS as u64 + i * 97))
+        .collect();
+    let batches: Vec<RecordBatch> =
+        fragment_io::read_fragment_rows(snap.dir.clone(), fragment, schema.clone(), &offsets)
+            .try_collect()
+            .await
+            .unwrap();
+    assert_eq!(
+        batches.iter().map(|b| b.num_rows()).sum::<usize>(),
+        offsets.len()
+    );
+    for b in &batches {
+        let payload = b.num_rows() * DIM as usize * 4;
+        let held = b.column(0).get_buffer_memory_size();
+        assert!(
+            held <= payload + 1024,
+            "{} rows of {payload} bytes held {held} bytes",
+            b.num_rows()
+        );
+    }
+    // And the values are the rows asked for.
+    let got: Vec<f32> = batches
+        .iter()
+        .flat_map(|b| {
+            let list = b
+                .column(0)
+                .as_any()
+                .downcast_ref::<FixedSizeListArray>()
+                .unwrap();
+            let values = list
+                .values()
+                .as_any()
+                .downcast_ref::<Float32Array>()
+                .unwrap();
+            values.values()[list.offset() * DIM as usize..][..list.len() * DIM as usize].to_vec()
+        })
+        .collect();
+    let wanted: Vec<f32> = offsets
+        .iter()
+        .flat_map(|&o| (0..DIM as u64).map(move |d| (o * DIM as u64 + d) as f32))
+        .collect();
+    assert_eq!(got, wanted);
+}
