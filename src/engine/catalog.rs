@@ -198,7 +198,7 @@ impl SchemaProvider for FragvecSchema {
         let Some(relation) = RelationName::parse(name) else {
             return Ok(None);
         };
-        if crate::format::store::validate_table_name(&relation.table).is_err() {
+        if crate::format::table_names::validate_table_name(&relation.table).is_err() {
             return Ok(None);
         }
         match self.open_table(&relation).await {

@@ -47,6 +47,7 @@ pub mod row_map_file;
 pub mod rowids;
 pub mod storage_types;
 pub mod store;
+pub mod table_names;
 pub mod types;
 pub mod vacuum;
 pub mod views;

@@ -23,6 +23,7 @@ use super::error::{FormatError, Result};
 use super::integrity;
 use super::latest::KnownVersions;
 use super::manifest::{DeletionFile, Fragment, Manifest, TableProperties};
+use super::table_names::{folder_name, name_of_folder};
 
 pub(crate) const VERSIONS_DIR: &str = "_versions";
 const MANIFEST_SUFFIX: &str = ".manifest";
@@ -346,68 +347,6 @@ pub async fn check_put_if_absent(
         ) => Ok(()),
         Err(e) => Err(FormatError::store(&path, e)),
     }
-}
-
-/// Checks that `name` can name a table or view: 1 to 128 bytes, no control characters, and
-/// none of `@` and `#` (relation names use them for versions and virtual columns) or `/`.
-/// Any other name is stored (see [`folder_name`]): `foo.bar`, `_t`, `my table` included.
-pub fn validate_table_name(name: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 128
-        && !name
-            .chars()
-            .any(|c| c.is_control() || matches!(c, '@' | '#' | '/'));
-    if ok {
-        Ok(())
-    } else {
-        Err(FormatError::invalid(format!(
-            "invalid table name '{name}': use 1 to 128 bytes without '@', '#', '/' or control characters"
-        )))
-    }
-}
-
-/// Whether a name is stored as itself: letters, digits, `_` and `-`, not starting with `_`
-/// (names starting with `_` are the database's own: `_views`, probes).
-fn is_plain_name(name: &str) -> bool {
-    name.chars()
-        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        && !name.starts_with('_')
-}
-
-/// The folder (or file stem) that stores table or view `name`: the name itself when it is
-/// plain, else `=` and the hex of its UTF-8 bytes (so names with `.`, spaces or a leading `_`
-/// cannot collide with plain names, the database's own folders, or each other).
-pub fn folder_name(name: &str) -> Result<String> {
-    validate_table_name(name)?;
-    if is_plain_name(name) {
-        return Ok(name.to_string());
-    }
-    Ok(std::iter::once("=".to_string())
-        .chain(name.bytes().map(|b| format!("{b:02x}")))
-        .collect())
-}
-
-/// The table or view name a folder stores, if it stores one (see [`folder_name`]).
-pub fn name_of_folder(folder: &str) -> Option<String> {
-    let name = match folder.strip_prefix('=') {
-        Some(hex) => {
-            if hex.len() % 2 != 0 {
-                return None;
-            }
-            let bytes = (0..hex.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-                .collect::<Option<Vec<u8>>>()?;
-            let name = String::from_utf8(bytes).ok()?;
-            if is_plain_name(&name) {
-                return None; // not how folder_name stores it
-            }
-            name
-        }
-        None if is_plain_name(folder) => folder.to_string(),
-        None => return None,
-    };
-    validate_table_name(&name).ok().map(|_| name)
 }
 
 /// A random 128-bit hex tag for file names and transactions.

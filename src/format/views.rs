@@ -15,7 +15,8 @@ use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
 use super::error::{FormatError, Result};
-use super::store::{Database, folder_name, name_of_folder};
+use super::store::Database;
+use super::table_names::{folder_name, name_of_folder};
 
 const VIEWS_DIR: &str = "_views";
 const VIEW_SUFFIX: &str = ".sql";
