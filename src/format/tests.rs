@@ -68,6 +68,34 @@ async fn read_all(snap: &Snapshot, schema: &SchemaRef, batch_size: usize) -> Rec
     datafusion::arrow::compute::concat_batches(schema, &all).unwrap()
 }
 
+/// The rows at `offsets` of `fragment`, read as `schema` (as a KNN re-rank reads them).
+async fn read_rows(
+    snap: &Snapshot,
+    fragment: &Fragment,
+    schema: &SchemaRef,
+    offsets: &[u64],
+) -> Vec<RecordBatch> {
+    use futures::TryStreamExt;
+    fragment_io::read_fragment_rows(snap.dir.clone(), fragment, schema.clone(), offsets)
+        .try_collect()
+        .await
+        .unwrap()
+}
+
+/// The floats of the first column (vectors of `dim`) of `batches`, row after row.
+fn vector_floats(batches: &[RecordBatch], dim: usize) -> Vec<f32> {
+    use datafusion::arrow::array::{Array, AsArray};
+    use datafusion::arrow::datatypes::Float32Type;
+    batches
+        .iter()
+        .flat_map(|b| {
+            let list = b.column(0).as_fixed_size_list();
+            let values = list.values().as_primitive::<Float32Type>().values();
+            values[list.offset() * dim..(list.offset() + list.len()) * dim].to_vec()
+        })
+        .collect()
+}
+
 /// The Arrow schema a data file was written with (its storage types).
 fn stored_schema(path: std::path::PathBuf) -> SchemaRef {
     use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -584,8 +612,7 @@ async fn unstorable_types_round_trip_through_fragments() {
 /// ranges) returns the same rows as the data written.
 #[tokio::test]
 async fn a_large_row_group_is_fetched_in_bounded_windows() {
-    use datafusion::arrow::array::{Array, AsArray, FixedSizeListArray, Float32Array};
-    use datafusion::arrow::datatypes::Float32Type;
+    use datafusion::arrow::array::{FixedSizeListArray, Float32Array};
     use fetch_windows::FETCH_BYTES;
     use futures::TryStreamExt;
     use metered_store::MeteredStore;
@@ -636,15 +663,6 @@ async fn a_large_row_group_is_fetched_in_bounded_windows() {
     .unwrap();
     let snap = commit_written(&snap, written).await.unwrap();
     let frag = &snap.manifest.fragments[0];
-    let floats = |batches: Vec<RecordBatch>| -> Vec<f32> {
-        batches
-            .iter()
-            .flat_map(|b| {
-                let l = b.column(0).as_fixed_size_list();
-                l.values().as_primitive::<Float32Type>().values()[..l.len() * DIM as usize].to_vec()
-            })
-            .collect()
-    };
     let largest_request = |trace: Vec<String>| -> u64 {
         trace
             .iter()
@@ -665,21 +683,17 @@ async fn a_large_row_group_is_fetched_in_bounded_windows() {
         .try_collect()
         .await
         .unwrap();
-    assert_eq!(floats(whole), values);
+    assert_eq!(vector_floats(&whole, DIM as usize), values);
     let largest = largest_request(store.take_trace());
     assert!(largest <= BOUND, "one request fetched {largest} bytes");
 
     let offsets = [0u64, 1, 2_999, 3_000, 5_999];
-    let picked: Vec<RecordBatch> =
-        fragment_io::read_fragment_rows(snap.dir.clone(), frag, schema.clone(), &offsets)
-            .try_collect()
-            .await
-            .unwrap();
+    let picked = read_rows(&snap, frag, &schema, &offsets).await;
     let want: Vec<f32> = offsets
         .iter()
         .flat_map(|&o| values[o as usize * DIM as usize..(o as usize + 1) * DIM as usize].to_vec())
         .collect();
-    assert_eq!(floats(picked), want);
+    assert_eq!(vector_floats(&picked, DIM as usize), want);
     let read = store.take_trace();
     assert!(
         largest_request(read) < 1 << 20,
@@ -688,11 +702,7 @@ async fn a_large_row_group_is_fetched_in_bounded_windows() {
     // Vector pages of about 16 KB: five rows read (footers cached) fetch about five pages,
     // not five 64 KB pages.
     let before = store.round_trips();
-    let again: Vec<RecordBatch> =
-        fragment_io::read_fragment_rows(snap.dir.clone(), frag, schema.clone(), &offsets)
-            .try_collect()
-            .await
-            .unwrap();
+    let again = read_rows(&snap, frag, &schema, &offsets).await;
     assert_eq!(
         again.iter().map(|b| b.num_rows()).sum::<usize>(),
         offsets.len()
@@ -712,7 +722,7 @@ async fn a_large_row_group_is_fetched_in_bounded_windows() {
             values[r.start as usize * DIM as usize..r.end as usize * DIM as usize].to_vec()
         })
         .collect();
-    assert_eq!(floats(ranged), want);
+    assert_eq!(vector_floats(&ranged, DIM as usize), want);
     assert!(largest_request(store.take_trace()) <= BOUND);
 }
 

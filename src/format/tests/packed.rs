@@ -11,7 +11,6 @@ async fn vector_columns_are_packed_and_list_files_still_read() {
     use datafusion::arrow::buffer::NullBuffer;
     use datafusion::arrow::compute::concat_batches;
     use datafusion::parquet::arrow::ArrowWriter;
-    use futures::TryStreamExt;
 
     let tmp = tempfile::tempdir().unwrap();
     let db = Database::open(tmp.path().to_str().unwrap()).await.unwrap();
@@ -76,11 +75,7 @@ async fn vector_columns_are_packed_and_list_files_still_read() {
         .unwrap();
     assert!(flagged(&snap.manifest));
     for f in &snap.manifest.fragments {
-        let by_offset: Vec<RecordBatch> =
-            fragment_io::read_fragment_rows(snap.dir.clone(), f, schema.clone(), &[1, 3])
-                .try_collect()
-                .await
-                .unwrap();
+        let by_offset = read_rows(&snap, f, &schema, &[1, 3]).await;
         let from = if f.id == 0 { 100 } else { 0 };
         let wanted = concat_batches(&schema, &[rows(from).slice(1, 1), rows(from).slice(3, 1)]);
         assert_eq!(
@@ -99,7 +94,6 @@ async fn vector_columns_are_packed_and_list_files_still_read() {
 #[tokio::test]
 async fn rows_read_by_offset_hold_no_more_than_their_bytes() {
     use datafusion::arrow::array::{Array, FixedSizeListArray, Float32Array};
-    use futures::TryStreamExt;
 
     const DIM: i32 = 16;
     let groups = 3;
@@ -132,11 +126,7 @@ async fn rows_read_by_offset_hold_no_more_than_their_bytes() {
     let offsets: Vec<u64> = (0..groups as u64)
         .flat_map(|g| (0..40).map(move |i| g * fragment_io::ROW_GROUP_ROWS as u64 + i * 97))
         .collect();
-    let batches: Vec<RecordBatch> =
-        fragment_io::read_fragment_rows(snap.dir.clone(), fragment, schema.clone(), &offsets)
-            .try_collect()
-            .await
-            .unwrap();
+    let batches = read_rows(&snap, fragment, &schema, &offsets).await;
     assert_eq!(
         batches.iter().map(|b| b.num_rows()).sum::<usize>(),
         offsets.len()
@@ -151,22 +141,7 @@ async fn rows_read_by_offset_hold_no_more_than_their_bytes() {
         );
     }
     // And the values are the rows asked for.
-    let got: Vec<f32> = batches
-        .iter()
-        .flat_map(|b| {
-            let list = b
-                .column(0)
-                .as_any()
-                .downcast_ref::<FixedSizeListArray>()
-                .unwrap();
-            let values = list
-                .values()
-                .as_any()
-                .downcast_ref::<Float32Array>()
-                .unwrap();
-            values.values()[list.offset() * DIM as usize..][..list.len() * DIM as usize].to_vec()
-        })
-        .collect();
+    let got = vector_floats(&batches, DIM as usize);
     let wanted: Vec<f32> = offsets
         .iter()
         .flat_map(|&o| (0..DIM as u64).map(move |d| (o * DIM as u64 + d) as f32))
