@@ -166,7 +166,8 @@ def run_lance(a):
     extra = {}
     if kind == "IVF_PQ":
         extra["num_sub_vectors"] = a.lance_sub_vectors or max(1, w["meta"]["dim"] // 8)
-    if a.lance_reuse and ds.list_indices():
+    built = [i for i in ds.list_indices() if i.get("fields") == ["emb"]]
+    if a.lance_reuse and built and built[0].get("type") == kind:
         emit(system="lance", metric="index reused (built by an earlier run)", value=1, unit="")
     else:
         t = time.perf_counter()
@@ -186,6 +187,8 @@ def run_lance(a):
         nearest = {"column": "emb", "q": q[i], "k": K, "nprobes": nprobes}
         if a.lance_refine:
             nearest["refine_factor"] = a.lance_refine
+        if a.lance_ef:
+            nearest["ef"] = a.lance_ef
         t = ds.to_table(columns=["id"], nearest=nearest,
                         disable_scoring_autoprojection=True, **kw)
         return t.column("id").to_numpy()
@@ -268,6 +271,8 @@ def collect(a, system):
             cmd += ["--lance-sub-vectors", str(a.lance_sub_vectors)]
         if a.lance_refine:
             cmd += ["--lance-refine", str(a.lance_refine)]
+        if a.lance_ef:
+            cmd += ["--lance-ef", str(a.lance_ef)]
         if a.lance_reuse:
             cmd += ["--lance-reuse"]
         if a.lance_qps_streams:
@@ -383,9 +388,11 @@ def main():
                     default=f"cargo run --release --manifest-path "
                             f"{os.path.join(HERE, '..', 'Cargo.toml')} --example knn_bench --")
     ap.add_argument("--fragvec-args", default="", help="more arguments for knn_bench")
-    ap.add_argument("--lance-index", default="IVF_FLAT", choices=["IVF_FLAT", "IVF_PQ"])
+    ap.add_argument("--lance-index", default="IVF_FLAT",
+                    choices=["IVF_FLAT", "IVF_PQ", "IVF_HNSW_SQ"])
     ap.add_argument("--lance-sub-vectors", type=int, help="IVF_PQ sub-vectors (default dim/8)")
     ap.add_argument("--lance-refine", type=int, help="Lance refine_factor (IVF_PQ re-ranking)")
+    ap.add_argument("--lance-ef", type=int, help="Lance's HNSW search breadth (IVF_HNSW_*)")
     ap.add_argument("--lance-reuse", action="store_true",
                     help="query the Lance index an earlier run built instead of rebuilding it")
     ap.add_argument("--lance-qps-streams", default="",
