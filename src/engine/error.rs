@@ -70,6 +70,24 @@ pub fn is_retryable(e: &DataFusionError) -> bool {
     Retryable::is_retryable(e)
 }
 
+/// The error of a statement whose commit still lost a race after `retries` retries, saying
+/// so and what to do next; any other error unchanged. It stays a commit conflict underneath
+/// (retryable, SQLSTATE 40001 on the server): only its message gains the first line.
+pub fn after_retries(e: DataFusionError, retries: usize) -> DataFusionError {
+    if !is_retryable(&e) {
+        return e;
+    }
+    DataFusionError::Context(
+        format!(
+            "the commit lost to concurrent writers {} time(s) (fragvec.commit_retries = \
+             {retries}); run the statement again, or raise fragvec.commit_retries when writers \
+             of this table often race",
+            retries + 1
+        ),
+        Box::new(e),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,6 +120,22 @@ mod tests {
         assert!(is_retryable(&rewrite));
         assert!(!is_retryable(&FormatError::NotFound("t".into()).into()));
         assert!(!is_retryable(&plan_datafusion_err!("no")));
+    }
+
+    #[test]
+    fn a_conflict_after_its_retries_says_how_many_and_what_next() {
+        let e = after_retries(conflict().into(), 3);
+        let text = e.to_string();
+        assert!(
+            text.starts_with("the commit lost to concurrent writers 4 time(s)"),
+            "{text}"
+        );
+        assert!(text.contains("fragvec.commit_retries = 3"), "{text}");
+        assert!(text.contains(&conflict().to_string()), "{text}");
+        assert!(is_retryable(&e), "still a conflict underneath");
+        let other: DataFusionError = FormatError::NotFound("t".into()).into();
+        let text = other.to_string();
+        assert_eq!(after_retries(other, 3).to_string(), text);
     }
 
     #[test]

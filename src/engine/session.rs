@@ -274,13 +274,16 @@ impl FragvecSession {
     }
 
     /// Runs `attempt` until it succeeds, fails with an error that is not a retryable commit
-    /// conflict, or has been retried `fragvec.commit_retries` times.
+    /// conflict, or has been retried `fragvec.commit_retries` times (its error then says so).
     pub(super) async fn retrying<T, F, Fut>(&self, mut attempt: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        with_retries(self.options().commit_retries, |_| attempt()).await
+        let retries = self.options().commit_retries;
+        with_retries(retries, |_| attempt())
+            .await
+            .map_err(|e| super::error::after_retries(e, retries))
     }
 
     /// The latest version of a fragvec table, which fragvec's own statements work on.
