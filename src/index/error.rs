@@ -59,12 +59,14 @@ pub enum IndexError {
         column: String,
     },
     /// A statement names an index the table does not have.
-    #[error("index '{index}' does not exist on table '{table}'")]
+    #[error("index '{index}' does not exist on table '{table}'; {}", its_indexes(.table, .existing))]
     NotFound {
         /// The index's name, as the statement gives it.
         index: String,
         /// The table's name.
         table: String,
+        /// The indexes the table has, by name (the message lists them).
+        existing: Vec<String>,
     },
     /// `CREATE VECTOR INDEX` of a name the table already has.
     #[error("index '{index}' already exists on table '{table}'")]
@@ -114,3 +116,14 @@ impl IndexError {
 
 /// The index layer's result.
 pub type Result<T, E = IndexError> = std::result::Result<T, E>;
+
+/// The next step after naming a missing index: the names the table has, or how to make one.
+fn its_indexes(table: &str, existing: &[String]) -> String {
+    if existing.is_empty() {
+        format!(
+            "it has none (CREATE VECTOR INDEX name ON {table} (column) USING IVF_FLAT makes one)"
+        )
+    } else {
+        format!("its indexes: {}", existing.join(", "))
+    }
+}

@@ -312,6 +312,12 @@ fn not_found(snapshot: &Snapshot, name: &str) -> IndexError {
     IndexError::NotFound {
         index: name.to_string(),
         table: snapshot.name().to_string(),
+        existing: snapshot
+            .manifest
+            .indexes
+            .iter()
+            .map(|i| i.name.clone())
+            .collect(),
     }
 }
 
