@@ -242,3 +242,83 @@ impl SchemaProvider for FragvecSchema {
             || self.is_session_table(name)
     }
 }
+
+/// `e` with the closest of the `known` table names suggested, when `e` says a table does
+/// not exist and a known name is close. A planning error ("table '...' not found" from
+/// DataFusion for a query's relation, qualified by catalog and schema; "table '...' does
+/// not exist" from fragvec's statements) stays one, with the hint appended; the format
+/// layer's typed "does not exist" gets the hint as a first line over it, so it keeps its
+/// SQLSTATE. Any other error is returned unchanged.
+pub fn with_closest_table(e: DataFusionError, known: &[String]) -> DataFusionError {
+    let closest = |name: &str| {
+        super::options::closest_name(name, known.iter().map(String::as_str))
+            .filter(|close| *close != name)
+            .map(str::to_string)
+    };
+    if let DataFusionError::Plan(text) = e.find_root() {
+        // DataFusion's wording, pinned by the test below. Its source position (a
+        // `Diagnostic` around the error) is not kept: fragvec's front ends do not show it.
+        let missing = text
+            .strip_prefix("table '")
+            .and_then(|t| {
+                t.strip_suffix("' not found")
+                    .or_else(|| t.strip_suffix("' does not exist"))
+            })
+            .map(|q| q.rsplit('.').next().unwrap_or(q));
+        if let Some(close) = missing.and_then(closest) {
+            return DataFusionError::Plan(format!("{text}; did you mean '{close}'?"));
+        }
+        return e;
+    }
+    let missing = match e.find_root() {
+        DataFusionError::External(inner) => match inner.downcast_ref::<FormatError>() {
+            Some(FormatError::NotFound(name)) => Some(name.clone()),
+            _ => None,
+        },
+        _ => None,
+    };
+    match missing.and_then(|name| Some((closest(&name)?, name))) {
+        Some((close, name)) => DataFusionError::Context(
+            format!("table '{name}' does not exist; did you mean '{close}'?"),
+            Box::new(e),
+        ),
+        None => e,
+    }
+}
+
+#[cfg(test)]
+mod closest_table_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_misspelt_table_gets_the_closest_name() {
+        let known = vec!["items".to_string(), "orders".to_string()];
+        // DataFusion's own error for an unknown relation, as a query gets it.
+        let ctx = datafusion::prelude::SessionContext::new();
+        let e = ctx.sql("SELECT * FROM itemz").await.unwrap_err();
+        let hinted = with_closest_table(e, &known).to_string();
+        assert_eq!(
+            hinted,
+            "Error during planning: table 'datafusion.public.itemz' not found; did you mean 'items'?"
+        );
+        // fragvec's own, through the DataFusion boundary.
+        let e: DataFusionError = FormatError::NotFound("ordrs".into()).into();
+        let hinted = with_closest_table(e, &known);
+        assert!(
+            hinted
+                .to_string()
+                .starts_with("table 'ordrs' does not exist; did you mean 'orders'?"),
+            "{hinted}"
+        );
+        assert!(matches!(hinted.find_root(), DataFusionError::External(_)));
+        // Nothing close, or another error: unchanged.
+        let e: DataFusionError = FormatError::NotFound("zzzzzzzzzz".into()).into();
+        let text = e.to_string();
+        assert_eq!(with_closest_table(e, &known).to_string(), text);
+        let e = datafusion::common::plan_datafusion_err!("no");
+        assert_eq!(
+            with_closest_table(e, &known).to_string(),
+            "Error during planning: no"
+        );
+    }
+}

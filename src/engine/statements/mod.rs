@@ -26,6 +26,7 @@ pub mod shapes;
 pub mod stream;
 pub mod views;
 
+use datafusion::catalog::SchemaProvider;
 use datafusion::common::{DataFusionError, Result, plan_datafusion_err, plan_err};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
@@ -143,8 +144,19 @@ impl FragvecSession {
         self.execute_noting(statement, None).await
     }
 
-    /// [`Self::execute`], letting a query note what its shape may reuse.
+    /// [`Self::execute`], letting a query note what its shape may reuse. An error naming a
+    /// table that does not exist suggests the closest table name.
     async fn execute_noting(
+        &self,
+        statement: FragvecStatement,
+        note: Option<&crate::engine::plan_cache::ShapeNote>,
+    ) -> Result<StatementResult> {
+        self.execute_statement(statement, note)
+            .await
+            .map_err(|e| crate::engine::catalog::with_closest_table(e, &self.schema.table_names()))
+    }
+
+    async fn execute_statement(
         &self,
         statement: FragvecStatement,
         note: Option<&crate::engine::plan_cache::ShapeNote>,
