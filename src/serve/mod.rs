@@ -8,9 +8,10 @@
 //! their own on the runtime: a slow statement holds only its connection.
 //!
 //! Protocol code only: statements run through the same session front end as the CLI
-//! ([`run`]); the files here speak the protocol ([`connection`]), splice bound parameters
-//! ([`params`]), encode values ([`types`]), answer catalog queries ([`pg_catalog`]), map
-//! errors to SQLSTATEs ([`sqlstate`]), and keep transaction blocks honest ([`transaction`]).
+//! ([`run`]); the files here speak the protocol ([`connection`]), read a portal's bound
+//! parameters ([`portal`]) and splice them ([`params`]), encode values ([`types`]), answer
+//! catalog queries ([`pg_catalog`]), map errors to SQLSTATEs ([`sqlstate`]), and keep
+//! transaction blocks honest ([`transaction`]).
 //! Authentication and TLS are in [`auth`]; the message loop and its socket, which sends an
 //! answer in one write, in [`socket`]. The Arrow Flight SQL endpoint (`--flight`) is
 //! [`flight`], over the same root session.
@@ -28,6 +29,7 @@ pub mod files;
 pub mod flight;
 pub mod params;
 pub mod pg_catalog;
+pub mod portal;
 pub mod respond;
 pub mod run;
 pub mod settings;

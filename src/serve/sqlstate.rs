@@ -9,7 +9,7 @@
 
 use datafusion::common::{DataFusionError, SchemaError};
 
-use pgwire::error::ErrorInfo;
+use pgwire::error::{ErrorInfo, PgWireError};
 
 use crate::format::FormatError;
 use crate::index::IndexError;
@@ -77,6 +77,11 @@ pub mod code {
 /// An error as the client gets it.
 pub fn error_info(sqlstate: &str, message: impl Into<String>) -> ErrorInfo {
     ErrorInfo::new("ERROR".into(), sqlstate.into(), message.into())
+}
+
+/// A client's error (its statement or values were wrong) as pgwire sends it.
+pub fn user_error(e: ErrorInfo) -> PgWireError {
+    PgWireError::UserError(Box::new(e))
 }
 
 /// A DataFusion error as the client gets it: its SQLSTATE and its message.
