@@ -249,40 +249,40 @@ impl SchemaProvider for FragvecSchema {
 /// not exist" from fragvec's statements) stays one, with the hint appended; the format
 /// layer's typed "does not exist" gets the hint as a first line over it, so it keeps its
 /// SQLSTATE. Any other error is returned unchanged.
-pub fn with_closest_table(e: DataFusionError, known: &[String]) -> DataFusionError {
-    let closest = |name: &str| {
-        super::options::closest_name(name, known.iter().map(String::as_str))
-            .filter(|close| *close != name)
-            .map(str::to_string)
-    };
-    if let DataFusionError::Plan(text) = e.find_root() {
+pub fn with_closest_table(
+    e: DataFusionError,
+    known: impl FnOnce() -> Vec<String>,
+) -> DataFusionError {
+    // The missing name, and whether the error is a planning error (rebuilt with the hint).
+    let (missing, planning) = match e.find_root() {
         // DataFusion's wording, pinned by the test below. Its source position (a
         // `Diagnostic` around the error) is not kept: fragvec's front ends do not show it.
-        let missing = text
-            .strip_prefix("table '")
-            .and_then(|t| {
-                t.strip_suffix("' not found")
-                    .or_else(|| t.strip_suffix("' does not exist"))
-            })
-            .map(|q| q.rsplit('.').next().unwrap_or(q));
-        if let Some(close) = missing.and_then(closest) {
-            return DataFusionError::Plan(format!("{text}; did you mean '{close}'?"));
-        }
-        return e;
-    }
-    let missing = match e.find_root() {
-        DataFusionError::External(inner) => match inner.downcast_ref::<FormatError>() {
-            Some(FormatError::NotFound(name)) => Some(name.clone()),
-            _ => None,
+        DataFusionError::Plan(text) => match text.strip_prefix("table '").and_then(|t| {
+            t.strip_suffix("' not found")
+                .or_else(|| t.strip_suffix("' does not exist"))
+        }) {
+            Some(q) => (q.rsplit('.').next().unwrap_or(q).to_string(), Some(text)),
+            None => return e,
         },
-        _ => None,
+        DataFusionError::External(inner) => match inner.downcast_ref::<FormatError>() {
+            Some(FormatError::NotFound(name)) => (name.clone(), None),
+            _ => return e,
+        },
+        _ => return e,
     };
-    match missing.and_then(|name| Some((closest(&name)?, name))) {
-        Some((close, name)) => DataFusionError::Context(
-            format!("table '{name}' does not exist; did you mean '{close}'?"),
+    // The names are listed only for an error that names a missing table.
+    let known = known();
+    let Some(close) = super::options::closest_name(&missing, known.iter().map(String::as_str))
+        .filter(|close| *close != missing)
+    else {
+        return e;
+    };
+    match planning {
+        Some(text) => DataFusionError::Plan(format!("{text}; did you mean '{close}'?")),
+        None => DataFusionError::Context(
+            format!("table '{missing}' does not exist; did you mean '{close}'?"),
             Box::new(e),
         ),
-        None => e,
     }
 }
 
@@ -296,14 +296,14 @@ mod closest_table_tests {
         // DataFusion's own error for an unknown relation, as a query gets it.
         let ctx = datafusion::prelude::SessionContext::new();
         let e = ctx.sql("SELECT * FROM itemz").await.unwrap_err();
-        let hinted = with_closest_table(e, &known).to_string();
+        let hinted = with_closest_table(e, || known.clone()).to_string();
         assert_eq!(
             hinted,
             "Error during planning: table 'datafusion.public.itemz' not found; did you mean 'items'?"
         );
         // fragvec's own, through the DataFusion boundary.
         let e: DataFusionError = FormatError::NotFound("ordrs".into()).into();
-        let hinted = with_closest_table(e, &known);
+        let hinted = with_closest_table(e, || known.clone());
         assert!(
             hinted
                 .to_string()
@@ -314,10 +314,10 @@ mod closest_table_tests {
         // Nothing close, or another error: unchanged.
         let e: DataFusionError = FormatError::NotFound("zzzzzzzzzz".into()).into();
         let text = e.to_string();
-        assert_eq!(with_closest_table(e, &known).to_string(), text);
+        assert_eq!(with_closest_table(e, || known.clone()).to_string(), text);
         let e = datafusion::common::plan_datafusion_err!("no");
         assert_eq!(
-            with_closest_table(e, &known).to_string(),
+            with_closest_table(e, || known.clone()).to_string(),
             "Error during planning: no"
         );
     }

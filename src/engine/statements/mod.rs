@@ -151,9 +151,9 @@ impl FragvecSession {
         statement: FragvecStatement,
         note: Option<&crate::engine::plan_cache::ShapeNote>,
     ) -> Result<StatementResult> {
-        self.execute_statement(statement, note)
-            .await
-            .map_err(|e| crate::engine::catalog::with_closest_table(e, &self.schema.table_names()))
+        self.execute_statement(statement, note).await.map_err(|e| {
+            crate::engine::catalog::with_closest_table(e, || self.schema.table_names())
+        })
     }
 
     async fn execute_statement(
