@@ -350,7 +350,7 @@ impl IndexCache {
     /// The decoded vectors of `column` in data file `file` (read with `load` on a miss).
     pub async fn vectors<F, Fut>(
         &self,
-        file: &str,
+        file: String,
         column: &str,
         load: F,
     ) -> Result<Arc<ColumnVectors>>
@@ -359,7 +359,7 @@ impl IndexCache {
         Fut: Future<Output = Result<ColumnVectors>>,
     {
         let key = Key::Vectors {
-            file: file.to_string(),
+            file,
             column: column.to_string(),
         };
         if let Some(Entry::Vectors(hit)) = self.get(&key) {
@@ -371,9 +371,9 @@ impl IndexCache {
     }
 
     /// The decoded vectors of `column` in data file `file` if they are cached (no read).
-    pub fn cached_vectors(&self, file: &str, column: &str) -> Option<Arc<ColumnVectors>> {
+    pub fn cached_vectors(&self, file: String, column: &str) -> Option<Arc<ColumnVectors>> {
         let key = Key::Vectors {
-            file: file.to_string(),
+            file,
             column: column.to_string(),
         };
         match self.get(&key) {

@@ -51,7 +51,7 @@ impl Searcher<'_> {
     /// the whole budget is streamed from Parquet in bounded batches.
     pub(super) async fn brute_force(
         &self,
-        fragments: &[Fragment],
+        fragments: &[&Fragment],
         skip: &HashMap<u64, RoaringBitmap>,
     ) -> Result<Vec<Candidate>> {
         let query = Query::new(self.req.vector, self.req.metric);
@@ -64,7 +64,7 @@ impl Searcher<'_> {
         // are loaded concurrently (independent reads), then scored.
         let mut group: Vec<(&Fragment, Vec<Range<u32>>)> = Vec::new();
         let mut group_bytes = 0u64;
-        for fragment in fragments {
+        for &fragment in fragments {
             let runs = self.scorable(fragment, skip)?;
             if runs.is_empty() {
                 continue;
@@ -97,9 +97,12 @@ impl Searcher<'_> {
         query: &Query<'_>,
         top: &mut TopK,
     ) -> Result<usize> {
+        // What every fragment's load shares, made once per group (hundreds of small
+        // fragments on a live table).
+        let schema = self.vector_schema()?;
         let loads: Vec<_> = group
             .iter()
-            .map(|(fragment, _)| self.fragment_vectors(fragment))
+            .map(|(fragment, _)| self.fragment_vectors_of(fragment, &schema))
             .collect();
         let loaded: Vec<Arc<ColumnVectors>> = futures::stream::iter(loads)
             .buffered(CONCURRENT_REQUESTS)
@@ -215,7 +218,7 @@ impl Searcher<'_> {
     /// NULL (no read): the brute-force winners' vectors, so their rows need no Parquet read.
     pub(super) fn cached_row_vector(&self, fragment: &Fragment, offset: u64) -> Option<Vec<f32>> {
         let file = self.vectors_file(fragment).ok()?;
-        let vectors = self.cache.cached_vectors(&file, self.req.column)?;
+        let vectors = self.cache.cached_vectors(file, self.req.column)?;
         let i = usize::try_from(offset).ok()?;
         (i < vectors.valid.len())
             .then(|| vectors.row(i).map(<[f32]>::to_vec))
@@ -225,14 +228,21 @@ impl Searcher<'_> {
     /// The whole vector column of a fragment, decoded once per session (the cache's budget
     /// decides whether it stays).
     async fn fragment_vectors(&self, fragment: &Fragment) -> Result<Arc<ColumnVectors>> {
-        let snapshot = self.req.snapshot;
-        let dir = &snapshot.dir;
-        let column = self.req.column;
-        let schema = self.vector_schema()?;
+        self.fragment_vectors_of(fragment, &self.vector_schema()?)
+            .await
+    }
+
+    /// [`Self::fragment_vectors`] with the vector column's schema ([`Self::vector_schema`]).
+    async fn fragment_vectors_of(
+        &self,
+        fragment: &Fragment,
+        schema: &Arc<Schema>,
+    ) -> Result<Arc<ColumnVectors>> {
+        let dir = &self.req.snapshot.dir;
         let file = self.vectors_file(fragment)?;
         self.cache
-            .vectors(&file, column, || {
-                load_vectors(dir.clone(), fragment.clone(), schema)
+            .vectors(file, self.req.column, || {
+                load_vectors(dir.clone(), fragment.clone(), schema.clone())
             })
             .await
     }

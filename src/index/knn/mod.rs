@@ -398,16 +398,17 @@ impl Searcher<'_> {
     /// Exact top-k over every row the search answers for: the whole table, or the share's
     /// rows.
     pub(super) async fn brute_force_scope(&self) -> Result<Vec<Candidate>> {
-        let all = &self.req.snapshot.manifest.fragments;
+        let all = self.req.snapshot.manifest.fragments.iter();
         match &self.scope {
-            None => self.brute_force(all, &HashMap::new()).await,
+            None => {
+                self.brute_force(&all.collect::<Vec<_>>(), &HashMap::new())
+                    .await
+            }
             Some(scope) => {
-                let mine: Vec<crate::format::Fragment> = all
-                    .iter()
-                    .filter(|f| scope.rows.contains_fragment(f.id))
-                    .cloned()
-                    .collect();
-                self.brute_force(&mine, &scope.rows.skipped(&mine)).await
+                let mine: Vec<&crate::format::Fragment> =
+                    all.filter(|f| scope.rows.contains_fragment(f.id)).collect();
+                self.brute_force(&mine, &scope.rows.skipped(mine.iter().copied()))
+                    .await
             }
         }
     }

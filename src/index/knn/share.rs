@@ -232,9 +232,12 @@ impl ShareRows {
 
     /// For brute force over the share's fragments: the rows of each to skip (not the
     /// share's). Fragments the share holds wholly have no entry.
-    pub fn skipped(&self, fragments: &[Fragment]) -> std::collections::HashMap<u64, RoaringBitmap> {
+    pub fn skipped<'f>(
+        &self,
+        fragments: impl IntoIterator<Item = &'f Fragment>,
+    ) -> std::collections::HashMap<u64, RoaringBitmap> {
         fragments
-            .iter()
+            .into_iter()
             .filter_map(|f| match (self.rows.get(&f.id), self.slice) {
                 (Some(Coverage::Whole), Some(slice)) => Some((f.id, slice.others(f.physical_rows))),
                 (Some(Coverage::Rows(r)), _) => Some((f.id, all_rows(f.physical_rows) - r)),
