@@ -65,6 +65,7 @@ import argparse
 import collections
 import json
 import math
+import multiprocessing
 import os
 import shutil
 import statistics
@@ -289,6 +290,10 @@ class PgWireSystem:
 
     def query_client(self, setting):
         return PgQueryClient(self.conninfo(), self.setting_sql(setting))
+
+    def client_spec(self, setting):
+        """What a client in another process needs: (conninfo, statements to run first)."""
+        return self.conninfo(), self.setting_sql(setting)
 
     def begin_streaming(self):
         self.wconn = connect(self.conninfo())
@@ -930,6 +935,133 @@ def sweep(system, queries, gt, a):
     return max(rows, key=lambda r: r["recall"]), False, rows
 
 
+class ThreadClients:
+    """C query clients as threads of this process (systems queried in-process: Lance)."""
+
+    mode = "threads"
+
+    def __init__(self, system, value, queries, clients):
+        self.gate, self.stop_ev = Gate(), threading.Event()
+        self.gate.pause()
+        self.lat = [[] for _ in range(clients)]
+        self.errs = [[] for _ in range(clients)]
+        nq = len(queries)
+        self.threads = [threading.Thread(target=client_loop, daemon=True,
+                                         args=(system, value, queries, (k * nq) // clients,
+                                               self.gate, self.stop_ev, self.lat, self.errs, k))
+                        for k in range(clients)]
+        for t in self.threads:
+            t.start()
+
+    def resume(self):
+        self.gate.resume()
+
+    def pause(self):
+        self.gate.pause()
+
+    def take(self):
+        """Latencies (ms) and errors since the last take, while paused."""
+        lat = [x for s in self.lat for x in s]
+        errs = [x for s in self.errs for x in s]
+        for s in self.lat + self.errs:
+            s.clear()
+        return lat, errs
+
+    def pids(self):
+        return []
+
+    def stop(self):
+        self.stop_ev.set()
+        self.gate.resume()
+        for t in self.threads:
+            t.join(60)
+
+
+class ProcessClients(ThreadClients):
+    """C query clients, each a process of its own: a client's latency is then the server's
+    answer plus its own driver's work, not also a wait for this process's GIL, which the
+    writer thread (encoding 100-row batches) and the other clients hold in turn."""
+
+    mode = "processes"
+
+    def __init__(self, conninfo, init_sql, queries, clients):
+        ctx = multiprocessing.get_context("spawn")
+        nq = len(queries)
+        self.pipes, self.procs = [], []
+        for k in range(clients):
+            mine, theirs = ctx.Pipe()
+            proc = ctx.Process(target=process_client, daemon=True,
+                               args=(conninfo, init_sql, queries, (k * nq) // clients, theirs))
+            proc.start()
+            self.pipes.append(mine)
+            self.procs.append(proc)
+        self.lat = [[] for _ in range(clients)]
+        self.errs = [[] for _ in range(clients)]
+        self.pause()                        # each has connected (or failed to) once this returns
+
+    def resume(self):
+        for p in self.pipes:
+            p.send("run")
+
+    def pause(self):
+        """Returns once no query is in flight: each client answers after its current query."""
+        for p in self.pipes:
+            p.send("pause")
+        for k, p in enumerate(self.pipes):
+            lat, errs = p.recv()
+            self.lat[k] += lat
+            self.errs[k] += errs
+
+    def pids(self):
+        return [p.pid for p in self.procs]
+
+    def stop(self):
+        for p in self.pipes:
+            p.send("stop")
+        for proc in self.procs:
+            proc.join(60)
+
+
+def process_client(conninfo, init_sql, queries, start, pipe):
+    """The loop of one ProcessClients client: queries between "run" and "pause"; answers each
+    "pause" with its latencies (ms) and errors since the previous one; ends at "stop"."""
+    lat, errs = [], []
+    try:
+        c = PgQueryClient(conninfo, init_sql)
+    except Exception as e:  # noqa: BLE001
+        c, errs = None, [f"connect: {type(e).__name__}: {e}"]
+    n, i, running = len(queries), start, False
+    while True:
+        if not running or pipe.poll():
+            cmd = pipe.recv()
+            if cmd == "stop":
+                break
+            if cmd == "pause":
+                pipe.send((lat, errs))
+                lat, errs = [], []
+            running = cmd == "run" and c is not None
+            continue
+        try:
+            t = now()
+            c.query(queries[i % n])
+            lat.append((now() - t) * 1e3)
+        except Exception as e:  # noqa: BLE001
+            errs.append(f"{type(e).__name__}: {e}")
+            time.sleep(0.05)
+        i += 1
+    if c is not None:
+        c.close()
+
+
+def start_clients(system, value, queries, clients, a):
+    """C query clients, paused: with --client-processes, processes for systems behind a
+    server; else threads."""
+    spec = getattr(system, "client_spec", None)
+    if spec is None or not a.client_processes:
+        return ThreadClients(system, value, queries, clients)
+    return ProcessClients(*spec(value), queries, clients)
+
+
 def client_loop(system, value, queries, start, gate, stop, slot, errors, k):
     try:
         c = system.query_client(value)
@@ -953,34 +1085,23 @@ def client_loop(system, value, queries, start, gate, stop, slot, errors, k):
         c.close()
 
 
-def static_baseline(system, value, queries, clients, seconds):
+def static_baseline(system, value, queries, clients, seconds, a):
     """C clients for `seconds` on the static table: p50, p99, QPS."""
-    gate, stop = Gate(), threading.Event()
-    lat = [[] for _ in range(clients)]
-    errs = [[] for _ in range(clients)]
-    nq = len(queries)
-    threads = [threading.Thread(target=client_loop, daemon=True,
-                                args=(system, value, queries, (k * nq) // clients, gate, stop,
-                                      lat, errs, k)) for k in range(clients)]
-    for t in threads:
-        t.start()
+    pool = start_clients(system, value, queries, clients, a)
+    pool.resume()
     time.sleep(min(2.0, seconds / 4))       # warm-up, not counted
-    gate.pause()
-    for s in lat:
-        s.clear()
-    gate.resume()
+    pool.pause()
+    pool.take()
+    pool.resume()
     t0 = now()
     time.sleep(seconds)
-    gate.pause()
+    pool.pause()
     elapsed = now() - t0
-    stop.set()
-    gate.resume()
-    for t in threads:
-        t.join(60)
-    all_lat = [x for s in lat for x in s]
+    all_lat, errs = pool.take()
+    pool.stop()
     return {"p50_ms": pctl(all_lat, 50), "p99_ms": pctl(all_lat, 99),
             "qps": len(all_lat) / elapsed, "queries": len(all_lat),
-            "errors": sum(len(e) for e in errs)}
+            "errors": len(errs), "clients_as": pool.mode}
 
 
 def build_schedule(a, model):
@@ -1120,7 +1241,7 @@ def run_one(name, clients, w, model, gt_static, a, run_id, out_f):
             log(f"{name}: NO setting reaches recall {a.choose_recall}; using the best, "
                 f"{chosen['setting']} ({chosen['recall']:.3f})")
         run["static"] = static_baseline(system, chosen["value"], queries, clients,
-                                        a.static_seconds)
+                                        a.static_seconds, a)
         st = run["static"]
         log(f"{name}: static at {chosen['setting']}, {clients} client(s): p50 "
             f"{st['p50_ms']:.2f} ms, p99 {st['p99_ms']:.2f} ms, {st['qps']:.0f} QPS")
@@ -1133,45 +1254,34 @@ def run_one(name, clients, w, model, gt_static, a, run_id, out_f):
                                 ).round().astype(int)
         probe_q = queries[probe_idx]
         probe = system.query_client(chosen["value"])
-        cgate, wgate = Gate(), Gate()
-        cgate.pause()
+        wgate = Gate()
         wgate.pause()
         clock = StreamClock()
         clock.pause()
         writer = Writer(system, model, events, a, clock, wgate, stop)
-        lat = [[] for _ in range(clients)]
-        errs = [[] for _ in range(clients)]
-        nq = len(queries)
-        threads = [threading.Thread(target=client_loop, daemon=True,
-                                    args=(system, chosen["value"], queries,
-                                          (k * nq) // clients, cgate, stop, lat, errs, k))
-                   for k in range(clients)]
-        threads.append(threading.Thread(target=writer.run, daemon=True))
+        cpool = start_clients(system, chosen["value"], queries, clients, a)
+        run["clients_as"] = cpool.mode
+        threads = [threading.Thread(target=writer.run, daemon=True)]
         for th in threads:
             th.start()
         time.sleep(0.5)                     # connections opened before the clock starts
         clock.restart()
         system.start_background(clock)
-        other = OtherCpu(system.server_pids)
+        other = OtherCpu(lambda: list(system.server_pids()) + cpool.pids())
         n_windows = math.ceil(a.duration / a.window - 1e-9)
         win_start = now()
         wgate.resume()
-        cgate.resume()
+        cpool.resume()
         seen_lag, seen_ops = 0, {}
         for wi in range(n_windows):
             t_end = min((wi + 1) * a.window, a.duration)
             sleep_until(clock, t_end, stop)
-            cgate.pause()
+            cpool.pause()
             active = now() - win_start
             wgate.pause()
             clock.pause()
             stream_t = clock.t()
-            wl = [x for s in lat for x in s]
-            werr = [x for s in errs for x in s]
-            for s in lat:
-                s.clear()
-            for s in errs:
-                s.clear()
+            wl, werr = cpool.take()
             # recall probe on the state the model describes
             t0 = now()
             found, plat = [], []
@@ -1239,9 +1349,9 @@ def run_one(name, clients, w, model, gt_static, a, run_id, out_f):
             win_start = now()
             clock.resume()
             wgate.resume()
-            cgate.resume()
+            cpool.resume()
         stop.set()
-        cgate.resume()
+        cpool.stop()
         wgate.resume()
         for th in threads:
             th.join(120)
@@ -1507,6 +1617,9 @@ def main():
     ap.add_argument("--pg-maintenance-work-mem", default="2GB")
     ap.add_argument("--keep", action="store_true", help="keep the scratch databases")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--client-processes", action="store_true",
+                    help="for systems behind a server, each query client in a process of its "
+                         "own (default: threads of the benchmark's process)")
     a = ap.parse_args()
     a.data = os.path.abspath(os.path.expanduser(a.data))
     a.out = os.path.abspath(os.path.expanduser(a.out or a.data))
