@@ -244,6 +244,29 @@ async fn a_round_gives_way_to_a_maintainer_holding_the_lease() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_with_nothing_due_takes_no_lease() {
+    let db = Location::local();
+    let s = table_with_index(db.url()).await;
+    s.sql("ALTER TABLE t SET (auto_index = on, auto_index_rows = 1000000)")
+        .await
+        .unwrap();
+    let dir = s.database().table("t").unwrap();
+    let other = Lease::acquire(&dir, "elsewhere:1:x", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    // Nothing is due, so the round does not ask for the lease another maintainer holds
+    // (it would say who holds it), and writes no journal record.
+    let said = text(&s, "MAINTAIN t").await;
+    assert!(!said.contains("elsewhere:1:x"), "{said}");
+    assert_eq!(
+        i64s(&s, "SELECT count(*) FROM fragvec_maintenance('t')").await,
+        [0]
+    );
+    other.release(&dir).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_maintainer_keeps_a_growing_table_indexed_and_compact() {
     let db = Location::local();
     let s = table_with_index(db.url()).await;
