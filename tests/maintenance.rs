@@ -219,19 +219,31 @@ async fn a_round_indexes_compacts_merges_and_vacuums_without_changing_answers(db
     }
 }
 
+/// Switches indexing on for `t` (`auto_index_rows`), and takes its lease as another
+/// maintainer (`elsewhere:1:x`) would.
+async fn indexing_on_with_lease_held_elsewhere(
+    s: &FragvecSession,
+    auto_index_rows: u64,
+) -> (fragvec::format::TableDir, Lease) {
+    s.sql(&format!(
+        "ALTER TABLE t SET (auto_index = on, auto_index_rows = {auto_index_rows})"
+    ))
+    .await
+    .unwrap();
+    let dir = s.database().table("t").unwrap();
+    let lease = Lease::acquire(&dir, "elsewhere:1:x", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    (dir, lease)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_round_gives_way_to_a_maintainer_holding_the_lease() {
     let db = Location::local();
     let s = table_with_index(db.url()).await;
     s.sql(&insert(1000, 50)).await.unwrap();
-    s.sql("ALTER TABLE t SET (auto_index = on, auto_index_rows = 1)")
-        .await
-        .unwrap();
-    let dir = s.database().table("t").unwrap();
-    let other = Lease::acquire(&dir, "elsewhere:1:x", Duration::from_secs(60))
-        .await
-        .unwrap()
-        .unwrap();
+    let (dir, other) = indexing_on_with_lease_held_elsewhere(&s, 1).await;
     let said = text(&s, "MAINTAIN t").await;
     assert!(said.contains("elsewhere:1:x"), "{said}");
     assert_eq!(
@@ -247,14 +259,7 @@ async fn a_round_gives_way_to_a_maintainer_holding_the_lease() {
 async fn a_round_with_nothing_due_takes_no_lease() {
     let db = Location::local();
     let s = table_with_index(db.url()).await;
-    s.sql("ALTER TABLE t SET (auto_index = on, auto_index_rows = 1000000)")
-        .await
-        .unwrap();
-    let dir = s.database().table("t").unwrap();
-    let other = Lease::acquire(&dir, "elsewhere:1:x", Duration::from_secs(60))
-        .await
-        .unwrap()
-        .unwrap();
+    let (dir, other) = indexing_on_with_lease_held_elsewhere(&s, 1_000_000).await;
     // Nothing is due, so the round does not ask for the lease another maintainer holds
     // (it would say who holds it), and writes no journal record.
     let said = text(&s, "MAINTAIN t").await;
