@@ -140,7 +140,10 @@ impl FragvecSession {
                 return Ok(report);
             }
         };
-        let outcome = self.round(table, overrides, &mut lease, &mut report).await;
+        let planned = Some((first.version(), planned));
+        let outcome = self
+            .round(table, overrides, planned, &mut lease, &mut report)
+            .await;
         lease.release(&dir).await?;
         journal::trim(&dir).await?;
         outcome.map(|()| report)
@@ -150,6 +153,7 @@ impl FragvecSession {
         &self,
         table: &str,
         overrides: &[(String, String)],
+        mut planned_before: Option<(u64, plan::Plan)>,
         lease: &mut Lease,
         report: &mut RoundReport,
     ) -> Result<()> {
@@ -157,7 +161,12 @@ impl FragvecSession {
         for _ in 0..MAX_TASKS {
             let snapshot = self.latest_snapshot(table).await?;
             let policy = policy_of(&snapshot, overrides)?;
-            let planned = self.plan(&snapshot, &policy).await?;
+            // The plan made before the lease was taken (`planned_before`, with the version
+            // it read) holds when nothing committed since: its facts are not gathered again.
+            let planned = match planned_before.take() {
+                Some((version, planned)) if version == snapshot.version() => planned,
+                _ => self.plan(&snapshot, &policy).await?,
+            };
             for note in planned.notes {
                 if !report.notes.contains(&note) {
                     report.notes.push(note);
