@@ -394,7 +394,8 @@ impl TableDir {
         p
     }
 
-    fn manifest_path(&self, version: u64) -> Path {
+    /// The store path of a version's manifest.
+    pub(crate) fn manifest_path(&self, version: u64) -> Path {
         self.root
             .clone()
             .join(VERSIONS_DIR)
@@ -412,7 +413,7 @@ impl TableDir {
     }
 
     /// All committed versions, ascending, with their manifests' metadata (one listing).
-    async fn listed_versions(&self) -> Result<Vec<(u64, ObjectMeta)>> {
+    pub(crate) async fn listed_versions(&self) -> Result<Vec<(u64, ObjectMeta)>> {
         let dir = self.root.clone().join(VERSIONS_DIR);
         let metas: Vec<ObjectMeta> = self
             .store
@@ -644,13 +645,35 @@ impl TableDir {
         }
     }
 
-    /// Removes the manifest of a version (VACUUM).
-    pub async fn delete_manifest(&self, version: u64) -> Result<()> {
-        let path = self.manifest_path(version);
-        match self.store.delete(&path).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(FormatError::store(&path, e)),
+    /// A manifest from the decoded-manifest cache when it is there, else read from the store
+    /// and not cached: for walks over many old versions (VACUUM) that would otherwise evict
+    /// the versions queries use. `meta` is the manifest file's listing.
+    pub async fn peek_manifest(&self, version: u64, meta: &ObjectMeta) -> Result<Arc<Manifest>> {
+        let key = self.manifest_key(version, meta);
+        if let Some(m) = self.manifests.lock().expect("manifest cache").get(&key) {
+            return Ok(m.clone());
         }
+        Ok(Arc::new(self.load_manifest(version).await?))
+    }
+
+    /// Deletes `paths` through the store's bulk delete (a request per thousand keys on S3,
+    /// several files at a time on a local directory) and calls `deleted` with each one
+    /// removed. A path that is already gone (another VACUUM got there first) is skipped.
+    pub async fn delete_all(&self, paths: Vec<Path>, mut deleted: impl FnMut(&Path)) -> Result<()> {
+        if paths.is_empty() {
+            return Ok(());
+        }
+        let mut results = self
+            .store
+            .delete_stream(futures::stream::iter(paths.into_iter().map(Ok)).boxed());
+        while let Some(result) = results.next().await {
+            match result {
+                Ok(path) => deleted(&path),
+                Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(FormatError::store(&self.root, e)),
+            }
+        }
+        Ok(())
     }
 
     /// Reads a whole file of the table (relative path).

@@ -16,11 +16,10 @@
 //! hides those, so VACUUM walks the table's folder itself and removes every temporary file
 //! older than the grace period, in every folder (`_versions/` included).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use futures::TryStreamExt;
-use object_store::ObjectStoreExt;
+use futures::{StreamExt, TryStreamExt};
 
 use super::error::{FormatError, Result};
 use super::manifest::Manifest;
@@ -46,52 +45,106 @@ pub struct VacuumMetrics {
 /// Every file a manifest needs, as paths relative to the table root.
 pub fn referenced_files(m: &Manifest) -> HashSet<String> {
     let mut files = HashSet::new();
-    for f in &m.fragments {
-        files.extend(f.files.iter().map(|d| d.path.clone()));
-        files.extend(f.deletion.iter().map(|d| d.path.clone()));
-    }
-    files.extend(m.indexes.iter().map(|i| i.model_file.clone()));
-    files.extend(m.index_segments.iter().map(|s| s.file.clone()));
-    for t in &m.reuse_ledger {
-        files.extend(t.mapping.files().into_iter().map(str::to_string));
-    }
+    note_referenced_files(m, &mut files);
     files
+}
+
+/// Adds the files `m` needs to `files`, copying only the names not there yet (consecutive
+/// versions share almost all their files).
+fn note_referenced_files(m: &Manifest, files: &mut HashSet<String>) {
+    let mut note = |path: &str| {
+        if !files.contains(path) {
+            files.insert(path.to_string());
+        }
+    };
+    for f in &m.fragments {
+        f.files.iter().for_each(|d| note(&d.path));
+        f.deletion.iter().for_each(|d| note(&d.path));
+    }
+    m.indexes.iter().for_each(|i| note(&i.model_file));
+    m.index_segments.iter().for_each(|s| note(&s.file));
+    for t in &m.reuse_ledger {
+        t.mapping.files().into_iter().for_each(&mut note);
+    }
+}
+
+/// Manifests VACUUM reads at once: decoding is CPU, reading is a round trip on S3.
+const CONCURRENT_READS: usize = 8;
+
+/// When a version's manifest was committed, in ms since the epoch, from its listing's
+/// time (`listed_ms` and the nanoseconds within its second). A time on a whole second may
+/// have been cut to the second (S3's `LastModified`), so it counts as the end of that
+/// second: a version is kept rather than dropped early.
+fn committed_ms(listed_ms: i64, subsec_nanos: u32) -> i64 {
+    if subsec_nanos == 0 {
+        listed_ms + 999
+    } else {
+        listed_ms
+    }
+}
+
+/// The index in `committed` (the versions' commit times, ascending by version) of the oldest
+/// version to keep. Kept are the newest `retain` versions (all: `None`) and every version
+/// whose successor committed at or after `cutoff_ms` (a writer may have read it as the latest
+/// and still scan its files or merge with its deletion vectors, however old the version is),
+/// and every version after one of those: only the oldest versions go. The latest version
+/// is always kept.
+fn oldest_kept(committed: &[i64], retain: Option<u64>, cutoff_ms: i64) -> usize {
+    let by_count = match retain {
+        Some(n) => committed
+            .len()
+            .saturating_sub(usize::try_from(n.max(1)).unwrap_or(usize::MAX)),
+        None => 0,
+    };
+    // Commit times come from writers' clocks and the store's: not always in version order,
+    // so the first recent one decides, not a walk back from `by_count`.
+    let by_grace = committed
+        .iter()
+        .position(|&t| t >= cutoff_ms)
+        .map_or(by_count, |first_recent| first_recent.saturating_sub(1));
+    by_count.min(by_grace)
 }
 
 /// Removes what the newest `retain` versions do not need (`None`: keep every version).
 /// `grace`: unreferenced files younger than this are kept. Reports the phases "reading
 /// manifests", "examining files", "removing files" and "removing versions" to `progress`.
+///
+/// Which versions stay is decided from the manifests' listing (their commit times), so only
+/// the retained manifests are read: several at a time, from the decoded-manifest cache when
+/// there (without filling it). Files and manifests are removed through the store's bulk
+/// delete. On a table that commits many times a second a 60 s grace period retains
+/// thousands of versions, and one read or delete after another made VACUUM hold up the
+/// maintainer's other tasks for seconds.
 pub async fn vacuum(
     dir: &TableDir,
     retain: Option<u64>,
     grace: Duration,
     progress: &Progress,
 ) -> Result<VacuumMetrics> {
-    let versions = dir.versions().await?;
-    if versions.is_empty() {
+    let listed = dir.listed_versions().await?;
+    if listed.is_empty() {
         return Err(FormatError::NotFound(dir.name().to_string()));
     }
-    let mut keep_from = match retain {
-        Some(n) => versions.len().saturating_sub(n.max(1) as usize),
-        None => 0,
-    };
     let cutoff_ms = super::manifest::now_ms() - grace.as_millis() as i64;
-    // A version may be in use until its successor commits: a writer may have read it as the
-    // latest and still scan its files or merge with its deletion vectors. So every version
-    // whose successor committed within the grace period stays, whatever `retain` says.
-    while keep_from > 0 {
-        match dir.load_manifest(versions[keep_from]).await {
-            Ok(m) if m.transaction.timestamp_ms >= cutoff_ms => keep_from -= 1,
-            _ => break,
-        }
-    }
+    let committed: Vec<i64> = listed
+        .iter()
+        .map(|(_, meta)| {
+            let t = meta.last_modified;
+            committed_ms(t.timestamp_millis(), t.timestamp_subsec_nanos())
+        })
+        .collect();
+    let keep_from = oldest_kept(&committed, retain, cutoff_ms);
     let mut keep = HashSet::new();
-    let reading = progress.phase(
-        "reading manifests",
-        Some((versions.len() - keep_from) as u64),
-    );
-    for v in &versions[keep_from..] {
-        keep.extend(referenced_files(&dir.load_manifest(*v).await?));
+    let reading = progress.phase("reading manifests", Some((listed.len() - keep_from) as u64));
+    // The futures made first, then streamed: a stream of closures over borrowed listings
+    // would not be `Send` in the caller's future.
+    let reads: Vec<_> = listed[keep_from..]
+        .iter()
+        .map(|(v, meta)| dir.peek_manifest(*v, meta))
+        .collect();
+    let mut manifests = futures::stream::iter(reads).buffered(CONCURRENT_READS);
+    while let Some(manifest) = manifests.try_next().await? {
+        note_referenced_files(&manifest, &mut keep);
         reading.advance(1);
     }
     reading.finish();
@@ -104,7 +157,7 @@ pub async fn vacuum(
         .await
         .map_err(|e| FormatError::store(&root, e))?;
     let examining = progress.phase("examining files", Some(objects.len() as u64));
-    let mut doomed = Vec::new();
+    let mut doomed = HashMap::new();
     for object in objects {
         examining.advance(1);
         let full = object.location.as_ref();
@@ -124,19 +177,17 @@ pub async fn vacuum(
         if object.last_modified.timestamp_millis() > cutoff_ms {
             continue;
         }
-        doomed.push(object);
+        doomed.insert(object.location, object.size);
     }
     examining.finish();
     let removing = progress.phase("removing files", Some(doomed.len() as u64));
-    for object in doomed {
-        dir.store()
-            .delete(&object.location)
-            .await
-            .map_err(|e| FormatError::store(&object.location, e))?;
+    let paths = doomed.keys().cloned().collect();
+    dir.delete_all(paths, |path| {
         metrics.files_removed += 1;
-        metrics.bytes_removed += object.size;
+        metrics.bytes_removed += doomed.get(path).copied().unwrap_or(0);
         removing.advance(1);
-    }
+    })
+    .await?;
     removing.finish();
     if let Some(local) = dir.local_dir() {
         let (files, bytes) = remove_temporary_files(local, grace).await?;
@@ -145,11 +196,15 @@ pub async fn vacuum(
     }
     // Manifests last: until here every dropped version still read.
     let dropping = progress.phase("removing versions", Some(keep_from as u64));
-    for v in &versions[..keep_from] {
-        dir.delete_manifest(*v).await?;
+    let dropped = listed[..keep_from]
+        .iter()
+        .map(|(v, _)| dir.manifest_path(*v))
+        .collect();
+    dir.delete_all(dropped, |_| {
         metrics.versions_removed += 1;
         dropping.advance(1);
-    }
+    })
+    .await?;
     Ok(metrics)
 }
 
@@ -216,6 +271,31 @@ async fn remove_temporary_files(root: &std::path::Path, grace: Duration) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kept_versions_are_the_newest_and_those_read_within_the_grace_period() {
+        let cutoff = 100;
+        // Retain 2 of 6, nothing recent: the newest two.
+        assert_eq!(oldest_kept(&[1, 2, 3, 4, 5, 6], Some(2), cutoff), 4);
+        // Version 3 committed within the grace period: version 2 may still be read.
+        assert_eq!(oldest_kept(&[1, 2, 3, 100, 101, 102], Some(1), cutoff), 2);
+        // The first version committed recently: nothing older exists, keep all.
+        assert_eq!(oldest_kept(&[100, 101], Some(1), cutoff), 0);
+        // Retain 0 means 1: the latest always stays.
+        assert_eq!(oldest_kept(&[1, 2, 3], Some(0), cutoff), 2);
+        assert_eq!(oldest_kept(&[1, 2, 3], Some(u64::MAX), cutoff), 0);
+        assert_eq!(oldest_kept(&[1, 2, 3], None, cutoff), 0);
+        // Times out of version order (writers' clocks differ): version 2 committed
+        // recently, so version 1 stays, and so does every version after it.
+        assert_eq!(oldest_kept(&[1, 2, 150, 3, 4, 5], Some(1), cutoff), 1);
+    }
+
+    #[test]
+    fn a_whole_second_counts_as_the_end_of_that_second() {
+        assert_eq!(committed_ms(5_000, 0), 5_999);
+        assert_eq!(committed_ms(5_000, 300), 5_000);
+        assert_eq!(committed_ms(5_001, 1_000_000), 5_001);
+    }
 
     #[test]
     fn temporary_names_are_target_hash_number() {
