@@ -231,28 +231,13 @@ async fn remove_temporary_files(root: &std::path::Path, grace: Duration) -> Resu
                 Err(e) => return Err(e),
             };
             for entry in entries {
-                let entry = entry?;
-                let meta = entry.metadata()?;
-                if meta.is_dir() {
-                    folders.push(entry.path());
-                    continue;
-                }
-                let name = entry.file_name();
-                let old_enough = meta
-                    .modified()
-                    .ok()
-                    .and_then(|m| m.elapsed().ok())
-                    .is_some_and(|age| age >= grace);
-                if is_temporary(&name.to_string_lossy()) && old_enough {
-                    match std::fs::remove_file(entry.path()) {
-                        Ok(()) => {
-                            removed.0 += 1;
-                            removed.1 += meta.len();
-                        }
-                        // Another VACUUM (or the writer's own cleanup) got there first.
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                        Err(e) => return Err(e),
+                match visit(&entry?, grace)? {
+                    Visited::Folder(path) => folders.push(path),
+                    Visited::Removed(bytes) => {
+                        removed.0 += 1;
+                        removed.1 += bytes;
                     }
+                    Visited::Kept => {}
                 }
             }
         }
@@ -266,6 +251,44 @@ async fn remove_temporary_files(root: &std::path::Path, grace: Duration) -> Resu
         .await
         .map_err(|e| io(std::io::Error::other(e)))?
         .map_err(io)
+}
+
+/// What the temporary-file walk did with one entry of a folder.
+#[derive(Debug, PartialEq, Eq)]
+enum Visited {
+    /// A folder, to walk next.
+    Folder(std::path::PathBuf),
+    /// A temporary file older than the grace period, removed (its size).
+    Removed(u64),
+    /// Anything else, including an entry gone since its folder was read.
+    Kept,
+}
+
+fn visit(entry: &std::fs::DirEntry, grace: Duration) -> std::io::Result<Visited> {
+    // An entry may go between the folder's read and here: a writer renames its temporary
+    // file into place, or another VACUUM removes it.
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+    let meta = match entry.metadata() {
+        Ok(meta) => meta,
+        Err(e) if gone(&e) => return Ok(Visited::Kept),
+        Err(e) => return Err(e),
+    };
+    if meta.is_dir() {
+        return Ok(Visited::Folder(entry.path()));
+    }
+    let old_enough = meta
+        .modified()
+        .ok()
+        .and_then(|m| m.elapsed().ok())
+        .is_some_and(|age| age >= grace);
+    if !(is_temporary(&entry.file_name().to_string_lossy()) && old_enough) {
+        return Ok(Visited::Kept);
+    }
+    match std::fs::remove_file(entry.path()) {
+        Ok(()) => Ok(Visited::Removed(meta.len())),
+        Err(e) if gone(&e) => Ok(Visited::Kept),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]
@@ -295,6 +318,30 @@ mod tests {
         assert_eq!(committed_ms(5_000, 0), 5_999);
         assert_eq!(committed_ms(5_000, 300), 5_000);
         assert_eq!(committed_ms(5_001, 1_000_000), 5_001);
+    }
+
+    #[test]
+    fn an_entry_gone_since_its_folder_was_read_is_passed_over() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("x.parquet#1"), b"partial").unwrap();
+        std::fs::write(tmp.path().join("y.parquet#2"), b"partial").unwrap();
+        let mut entries: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        entries.sort_by_key(|e| e.file_name());
+        // A writer renames its upload into place after the folder was read.
+        std::fs::rename(entries[0].path(), tmp.path().join("x.parquet")).unwrap();
+        assert_eq!(visit(&entries[0], Duration::ZERO).unwrap(), Visited::Kept);
+        assert_eq!(
+            visit(&entries[1], Duration::ZERO).unwrap(),
+            Visited::Removed(7)
+        );
+        let left: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["x.parquet"]);
     }
 
     #[test]
