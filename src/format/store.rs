@@ -383,6 +383,21 @@ impl TableDir {
         self.local_dir.as_deref().map(|p| p.as_path())
     }
 
+    /// A name of the table's folder unique in this process across databases: its local
+    /// path, or the store (by identity) and the folder's path in it. Two databases opened in
+    /// one process may both hold a table `t` at the store path `t`.
+    pub fn identity(&self) -> String {
+        match &self.local_dir {
+            Some(local) => local.display().to_string(),
+            None => format!(
+                "{}@{:p}/{}",
+                self.store,
+                Arc::as_ptr(&self.store),
+                self.root
+            ),
+        }
+    }
+
     /// Absolute store path of a path relative to the table root (`""`: the root itself).
     /// Empty parts are skipped: a trailing `/` would make an S3 listing of the path ask for
     /// the prefix `t//`, which holds nothing (a local directory listing would not notice).

@@ -16,15 +16,18 @@ use crate::index::introspect::index_figures;
 use crate::maintain::plan::{FragmentFacts, IndexFacts, SegmentFacts, TableFacts};
 use crate::rewrite::compact::coverage_keys;
 
-/// When this process last vacuumed each table (by its store path): a vacuum lists every
-/// file, so the planner runs it at most once a minute.
+/// When this process last vacuumed each table (by [`TableDir::identity`]: two databases in
+/// one process may both have a table `t`): a vacuum lists every file, so the planner runs
+/// it at most once every 30 s.
+///
+/// [`TableDir::identity`]: crate::format::store::TableDir::identity
 fn last_vacuums() -> &'static Mutex<HashMap<String, i64>> {
     static LAST: OnceLock<Mutex<HashMap<String, i64>>> = OnceLock::new();
     LAST.get_or_init(Default::default)
 }
 
 pub fn vacuumed_now(snapshot: &Snapshot) {
-    let key = snapshot.dir.path("").to_string();
+    let key = snapshot.dir.identity();
     last_vacuums()
         .lock()
         .expect("the vacuum clock is never poisoned")
@@ -78,7 +81,7 @@ pub async fn gather(snapshot: &Snapshot, cache: &IndexCache, versions: bool) -> 
             bytes_per_row: index_bytes_per_row,
         });
     }
-    let key = snapshot.dir.path("").to_string();
+    let key = snapshot.dir.identity();
     let since_last_vacuum_ms = last_vacuums()
         .lock()
         .expect("the vacuum clock is never poisoned")
