@@ -10,7 +10,7 @@ use datafusion::arrow::datatypes::{Int64Type, UInt64Type};
 use datafusion::arrow::util::pretty::pretty_format_batches;
 
 use fragvec::engine::FragvecSession;
-use fragvec::engine::maintain::{Maintainer, MaintainerConfig};
+use fragvec::engine::maintain::{Maintainer, MaintainerConfig, VacuumIn};
 use fragvec::maintain::lease::Lease;
 
 #[macro_use]
@@ -271,13 +271,64 @@ async fn a_round_with_nothing_due_takes_no_lease() {
     other.release(&dir).await.unwrap();
 }
 
+/// The maintainer's rounds hand a due VACUUM back instead of running it (it runs beside the
+/// following rounds); run on its own it needs no lease and is journaled like the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_maintainer_round_hands_its_vacuum_back() {
+    let db = Location::local();
+    let s = table_with_index(db.url()).await;
+    for k in 0..12 {
+        s.sql(&insert(1000 + 10 * k, 10)).await.unwrap();
+    }
+    let ids = i64s(&s, "SELECT id FROM t ORDER BY id").await;
+    s.sql(
+        "ALTER TABLE t SET (auto_index = on, auto_index_rows = 100, auto_vacuum_retain = 3, \
+         auto_vacuum_grace_seconds = 0)",
+    )
+    .await
+    .unwrap();
+    let versions = "SELECT count(*) FROM fragvec_versions('t')";
+    let before = u64s(&s, versions).await[0];
+    let ttl = Duration::from_secs(60);
+    let report = s
+        .maintain_leased("t", &[], ttl, VacuumIn::Caller)
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = report.tasks.iter().map(|t| t.kind.as_str()).collect();
+    assert_eq!(kinds, ["index_append"], "{report:?}");
+    let vacuum = report.vacuum.expect("a vacuum is due");
+    assert_eq!(u64s(&s, versions).await[0], before + 1);
+
+    // Another maintainer holds the lease now: the VACUUM runs all the same.
+    let dir = s.database().table("t").unwrap();
+    let other = Lease::acquire(&dir, "elsewhere:1:x", ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    let record = s.run_vacuum("t", vacuum).await.unwrap();
+    assert_eq!(
+        (record.kind.as_str(), record.outcome.as_str()),
+        ("vacuum", "done")
+    );
+    assert!(u64s(&s, versions).await[0] <= 4);
+    let journal = text(&s, "SELECT kind, outcome FROM fragvec_maintenance('t')").await;
+    assert!(
+        journal.contains("vacuum") && journal.contains("index_append"),
+        "{journal}"
+    );
+    assert_eq!(i64s(&s, "SELECT id FROM t ORDER BY id").await, ids);
+    knn_agrees_with_exact(&s).await;
+    other.release(&dir).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_maintainer_keeps_a_growing_table_indexed_and_compact() {
     let db = Location::local();
     let s = table_with_index(db.url()).await;
     s.sql(
         "ALTER TABLE t SET (auto_index = on, auto_index_rows = 60, auto_compact = on, \
-         auto_compact_small_fragments = 4, auto_merge_segments = 4)",
+         auto_compact_small_fragments = 4, auto_merge_segments = 4, auto_vacuum_retain = 5, \
+         auto_vacuum_grace_seconds = 5)",
     )
     .await
     .unwrap();
@@ -318,6 +369,10 @@ async fn the_maintainer_keeps_a_growing_table_indexed_and_compact() {
     knn_agrees_with_exact(&s).await;
     let outcomes = text(&s, "SELECT DISTINCT outcome FROM fragvec_maintenance('t')").await;
     assert!(!outcomes.contains("failed"), "{outcomes}");
+    // The VACUUMs ran beside the rounds, and stopping waited for a running one (every
+    // task has finished, below).
+    let kinds = text(&s, "SELECT DISTINCT kind FROM fragvec_maintenance('t')").await;
+    assert!(kinds.contains("vacuum"), "{kinds}");
     let finished = s
         .sql_one("SELECT finished FROM fragvec_maintenance('t')")
         .await

@@ -38,6 +38,18 @@ use crate::maintain::plan::{self, Task};
 /// Tasks one round runs at most (each of a different kind).
 pub const MAX_TASKS: usize = 8;
 
+/// Where a round runs a VACUUM it finds due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VacuumIn {
+    /// In the round, after its other tasks (`MAINTAIN t`, `fragvec maintain --interval 0`).
+    Round,
+    /// Handed back in [`RoundReport::vacuum`] for the caller to run beside the following
+    /// rounds ([`FragvecSession::run_vacuum`], as the [`Maintainer`] does): on a table that
+    /// commits many times a second a VACUUM reads thousands of retained manifests, and
+    /// indexing and compaction should not wait seconds for it.
+    Caller,
+}
+
 /// What one round did.
 #[derive(Clone, Debug, Default)]
 pub struct RoundReport {
@@ -48,6 +60,8 @@ pub struct RoundReport {
     /// Why something did not happen: a rule over its step budget, the lease held by
     /// another maintainer, no `auto_*` property on.
     pub notes: Vec<String>,
+    /// A VACUUM found due and not run ([`VacuumIn::Caller`]).
+    pub vacuum: Option<Task>,
 }
 
 /// This process's name as a lease holder.
@@ -101,16 +115,18 @@ impl FragvecSession {
         table: &str,
         overrides: &[(String, String)],
     ) -> Result<RoundReport> {
-        self.maintain_leased(table, overrides, DEFAULT_TTL).await
+        self.maintain_leased(table, overrides, DEFAULT_TTL, VacuumIn::Round)
+            .await
     }
 
-    /// [`Self::maintain`] with a lease of `lease_ttl`: how long the table waits for this
-    /// process if it dies mid-round.
+    /// [`Self::maintain`] with a lease of `lease_ttl` (how long the table waits for this
+    /// process if it dies mid-round), running a VACUUM that is due where `vacuum` says.
     pub async fn maintain_leased(
         &self,
         table: &str,
         overrides: &[(String, String)],
         lease_ttl: Duration,
+        vacuum: VacuumIn,
     ) -> Result<RoundReport> {
         let first = self.latest_snapshot(table).await?;
         let policy = policy_of(&first, overrides)?;
@@ -142,7 +158,7 @@ impl FragvecSession {
         };
         let planned = Some((first.version(), planned));
         let outcome = self
-            .round(table, overrides, planned, &mut lease, &mut report)
+            .round(table, overrides, planned, vacuum, &mut lease, &mut report)
             .await;
         lease.release(&dir).await?;
         journal::trim(&dir).await?;
@@ -154,6 +170,7 @@ impl FragvecSession {
         table: &str,
         overrides: &[(String, String)],
         mut planned_before: Option<(u64, plan::Plan)>,
+        vacuum: VacuumIn,
         lease: &mut Lease,
         report: &mut RoundReport,
     ) -> Result<()> {
@@ -176,9 +193,14 @@ impl FragvecSession {
                 break;
             };
             ran.insert(task.kind());
+            if vacuum == VacuumIn::Caller && matches!(task, Task::Vacuum { .. }) {
+                // VACUUM is the planner's last rule: nothing else is due after it.
+                report.vacuum = Some(task);
+                break;
+            }
             let dir = snapshot.dir.clone();
             let record = self
-                .run_task(table, snapshot, &policy, overrides, task, lease)
+                .run_task(table, snapshot, &policy, overrides, task, Some(lease))
                 .await?;
             let failed = record.outcome.starts_with("failed");
             report.tasks.push(record);
@@ -194,6 +216,17 @@ impl FragvecSession {
         Ok(())
     }
 
+    /// Runs a VACUUM a round handed back ([`VacuumIn::Caller`]) on the table's latest
+    /// version, journaled like a round's tasks. It takes no lease: VACUUM commits nothing
+    /// and is safe beside any writer (its grace period), and the round that found it due
+    /// held the lease, so two maintainers do not both decide to run it.
+    pub async fn run_vacuum(&self, table: &str, task: Task) -> Result<TaskRecord> {
+        let snapshot = self.latest_snapshot(table).await?;
+        let policy = policy_of(&snapshot, &[])?;
+        self.run_task(table, snapshot, &policy, &[], task, None)
+            .await
+    }
+
     async fn plan(&self, snapshot: &Snapshot, policy: &MaintenancePolicy) -> Result<plan::Plan> {
         let versions = policy.auto_vacuum_retain > 0;
         let facts = facts::gather(snapshot, self.schema.index_cache(), versions).await?;
@@ -201,8 +234,8 @@ impl FragvecSession {
     }
 
     /// Runs `task` (planned on `snapshot`), re-planning it on the latest version after each
-    /// lost commit race; journals it. A task error is the record's outcome, not an error of
-    /// the round (the round stops after it).
+    /// lost commit race, renewing `lease` (if any) while it runs; journals it. A task error
+    /// is the record's outcome, not an error of the round (the round stops after it).
     async fn run_task(
         &self,
         table: &str,
@@ -210,7 +243,7 @@ impl FragvecSession {
         policy: &MaintenancePolicy,
         overrides: &[(String, String)],
         mut task: Task,
-        lease: &mut Lease,
+        mut lease: Option<&mut Lease>,
     ) -> Result<TaskRecord> {
         let dir = snapshot.dir.clone();
         let mut record = TaskRecord::start(task.kind(), task.detail(), holder(), task.rows());
@@ -218,7 +251,7 @@ impl FragvecSession {
         let retries = self.options().commit_retries as u32;
         let outcome = loop {
             let work = self.run_attempt(&snapshot, policy, &task);
-            match renewing(work, lease, &dir).await {
+            match renewing(work, lease.as_deref_mut(), &dir).await {
                 Ok(done) => break Ok(done),
                 Err(e) if is_retryable(&e) && record.retries < retries => {
                     record.retries += 1;
@@ -413,14 +446,17 @@ fn column(batch: &RecordBatch, name: &str) -> u64 {
         .map_or(0, |a| a.value(0))
 }
 
-/// Awaits `work` while renewing `lease` every third of its time to live, so a long task
-/// keeps the table. A lost lease does not stop the task (its commit is checked like any
-/// other); the round stops after it.
+/// Awaits `work` while renewing `lease` (if any) every third of its time to live, so a long
+/// task keeps the table. A lost lease does not stop the task (its commit is checked like
+/// any other); the round stops after it.
 async fn renewing<T>(
     work: impl std::future::Future<Output = Result<T>>,
-    lease: &mut Lease,
+    lease: Option<&mut Lease>,
     dir: &Arc<crate::format::store::TableDir>,
 ) -> Result<T> {
+    let Some(lease) = lease else {
+        return work.await;
+    };
     let mut work = std::pin::pin!(work);
     let mut held = true;
     loop {

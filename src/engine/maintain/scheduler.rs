@@ -6,16 +6,22 @@
 //! default 1) whose scheduling priority is lowered (nice 10), and index builds inside it use
 //! that many threads: queries on the server's runtime keep the other cores and win the
 //! contended ones. Memory per task is bounded by the table's `auto_step_bytes`.
+//!
+//! A VACUUM a round finds due runs beside the following rounds (one per table at a time),
+//! not in the round: it reads every retained manifest, thousands on a table that commits
+//! many times a second, and the rounds keep indexing and compacting meanwhile.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::common::Result;
 use tokio::sync::watch;
 
-use super::holder;
+use super::{VacuumIn, holder};
 use crate::engine::session::FragvecSession;
 use crate::index::parallel::with_build_threads;
+use crate::maintain::journal::TaskRecord;
 
 /// Where a maintainer's one-line task logs go.
 pub type LogSink = Arc<dyn Fn(&str) + Send + Sync>;
@@ -114,7 +120,8 @@ pub async fn maintain_once(session: &FragvecSession, config: &MaintainerConfig) 
         }
     };
     let (_keep, stopped) = watch::channel(false);
-    with_build_threads(config.threads, pass(session, config, &log, &stopped)).await
+    let pass = pass(session, config, &log, &stopped, None);
+    with_build_threads(config.threads, pass).await
 }
 
 /// Nice 10 for the calling thread (Linux applies nice per thread); best effort.
@@ -137,8 +144,10 @@ async fn run(
             log(line)
         }
     };
+    let mut vacuums = Vacuums::default();
     loop {
-        if let Err(e) = pass(&session, &config, &log, &stopped).await {
+        let pass = pass(&session, &config, &log, &stopped, Some(&mut vacuums));
+        if let Err(e) = pass.await {
             log(&format!("maintenance: {e}"));
         }
         tokio::select! {
@@ -146,18 +155,75 @@ async fn run(
             _ = stopped.changed() => {}
         }
         if *stopped.borrow() {
+            // A running VACUUM finishes: stopped midway, it would leave versions listed
+            // whose files it had removed.
+            for (_, running) in vacuums.0.drain() {
+                let _ = running.await;
+            }
             return;
         }
     }
 }
 
-/// One pass over the database's tables.
+/// The VACUUMs running beside the rounds, by table.
+#[derive(Default)]
+struct Vacuums(HashMap<String, tokio::task::JoinHandle<()>>);
+
+impl Vacuums {
+    /// Starts `task` on `table` unless a VACUUM of it is still running.
+    fn start(
+        &mut self,
+        session: &FragvecSession,
+        config: &MaintainerConfig,
+        table: &str,
+        task: super::plan::Task,
+    ) {
+        self.0.retain(|_, running| !running.is_finished());
+        if self.0.contains_key(table) {
+            return;
+        }
+        let (session, sink, name) = (session.clone(), config.log.clone(), table.to_string());
+        let running = tokio::spawn(async move {
+            let line = match session.run_vacuum(&name, task).await {
+                Ok(record) => task_line(&name, &record),
+                Err(e) => format!("maintenance {name}: {e}"),
+            };
+            if let Some(log) = sink {
+                log(&line);
+            }
+        });
+        self.0.insert(table.to_string(), running);
+    }
+}
+
+/// A task's one-line log.
+fn task_line(table: &str, t: &TaskRecord) -> String {
+    format!(
+        "maintenance {table}: {} ({}) {} in {} ms, {} rows, {} bytes, {} retries, by {}",
+        t.kind,
+        t.detail,
+        t.outcome,
+        t.finished_ms.unwrap_or(t.started_ms) - t.started_ms,
+        t.rows,
+        t.bytes,
+        t.retries,
+        holder(),
+    )
+}
+
+/// One pass over the database's tables; a VACUUM found due starts in `vacuums` when given,
+/// else runs in the round.
 async fn pass(
     session: &FragvecSession,
     config: &MaintainerConfig,
     log: &dyn Fn(&str),
     stopped: &watch::Receiver<bool>,
+    mut vacuums: Option<&mut Vacuums>,
 ) -> Result<()> {
+    let vacuum_in = match vacuums {
+        Some(_) => VacuumIn::Caller,
+        None => VacuumIn::Round,
+    };
     for table in session.database().list_tables().await? {
         if *stopped.borrow() {
             break;
@@ -169,20 +235,14 @@ async fn pass(
         if !snapshot.manifest.properties.maintenance.is_active() {
             continue;
         }
-        match session.maintain_leased(&table, &[], config.lease_ttl).await {
+        let round = session.maintain_leased(&table, &[], config.lease_ttl, vacuum_in);
+        match round.await {
             Ok(report) => {
                 for t in &report.tasks {
-                    log(&format!(
-                        "maintenance {table}: {} ({}) {} in {} ms, {} rows, {} bytes, {} retries, by {}",
-                        t.kind,
-                        t.detail,
-                        t.outcome,
-                        t.finished_ms.unwrap_or(t.started_ms) - t.started_ms,
-                        t.rows,
-                        t.bytes,
-                        t.retries,
-                        holder(),
-                    ));
+                    log(&task_line(&table, t));
+                }
+                if let (Some(vacuums), Some(task)) = (vacuums.as_deref_mut(), report.vacuum) {
+                    vacuums.start(session, config, &table, task);
                 }
             }
             Err(e) => log(&format!("maintenance {table}: {e}")),
