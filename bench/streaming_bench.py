@@ -91,7 +91,7 @@ AUTO_PROPS = {
     "auto_index_age_seconds": 60,
     "auto_compact": "on",
     "auto_compact_small_fragments": 16,
-    "auto_merge_segments": 8,
+    "auto_merge_segments": 4,
     "auto_vacuum_retain": 20,
 }
 INDEX_NAME = "items_idx"

@@ -56,8 +56,11 @@ pub mod defaults {
     /// Default `auto_index_age_seconds`: append once the oldest unindexed rows waited
     /// five minutes.
     pub const INDEX_AGE_SECONDS: u64 = 300;
-    /// Default `auto_merge_segments`: merge once an index has more than 8 segments.
-    pub const MERGE_SEGMENTS: u64 = 8;
+    /// Default `auto_merge_segments`: merge once an index has more than 4 segments. Each
+    /// segment is searched on its own, so on a table that keeps growing queries slow down
+    /// with the count; a merge of the newest few is cheap (83K rows × 128 floats: 0.75 s in
+    /// the streaming benchmark, where 4 in place of 8 lifted the last window's QPS by 41%).
+    pub const MERGE_SEGMENTS: u64 = 4;
     /// Default `auto_compact_small_fragments`: compact a run of 16 small fragments of one
     /// size tier.
     pub const COMPACT_SMALL_FRAGMENTS: u64 = 16;
