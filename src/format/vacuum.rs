@@ -71,18 +71,6 @@ fn note_referenced_files(m: &Manifest, files: &mut HashSet<String>) {
 /// Manifests VACUUM reads at once: decoding is CPU, reading is a round trip on S3.
 const CONCURRENT_READS: usize = 8;
 
-/// When a version's manifest was committed, in ms since the epoch, from its listing's
-/// time (`listed_ms` and the nanoseconds within its second). A time on a whole second may
-/// have been cut to the second (S3's `LastModified`), so it counts as the end of that
-/// second: a version is kept rather than dropped early.
-fn committed_ms(listed_ms: i64, subsec_nanos: u32) -> i64 {
-    if subsec_nanos == 0 {
-        listed_ms + 999
-    } else {
-        listed_ms
-    }
-}
-
 /// The index in `committed` (the versions' commit times, ascending by version) of the oldest
 /// version to keep. Kept are the newest `retain` versions (all: `None`) and every version
 /// whose successor committed at or after `cutoff_ms` (a writer may have read it as the latest
@@ -126,12 +114,12 @@ pub async fn vacuum(
         return Err(FormatError::NotFound(dir.name().to_string()));
     }
     let cutoff_ms = super::manifest::now_ms() - grace.as_millis() as i64;
+    // A manifest's time in the listing is when its version committed, by the store's clock
+    // (as the files' ages below). S3 lists it to the second: there the grace period may
+    // end up to a second early, a margin the grace period (minutes) must have anyway.
     let committed: Vec<i64> = listed
         .iter()
-        .map(|(_, meta)| {
-            let t = meta.last_modified;
-            committed_ms(t.timestamp_millis(), t.timestamp_subsec_nanos())
-        })
+        .map(|(_, meta)| meta.last_modified.timestamp_millis())
         .collect();
     let keep_from = oldest_kept(&committed, retain, cutoff_ms);
     let mut keep = HashSet::new();
@@ -311,13 +299,6 @@ mod tests {
         // Times out of version order (writers' clocks differ): version 2 committed
         // recently, so version 1 stays, and so does every version after it.
         assert_eq!(oldest_kept(&[1, 2, 150, 3, 4, 5], Some(1), cutoff), 1);
-    }
-
-    #[test]
-    fn a_whole_second_counts_as_the_end_of_that_second() {
-        assert_eq!(committed_ms(5_000, 0), 5_999);
-        assert_eq!(committed_ms(5_000, 300), 5_000);
-        assert_eq!(committed_ms(5_001, 1_000_000), 5_001);
     }
 
     #[test]
