@@ -296,15 +296,36 @@ async fn a_maintainer_round_hands_its_vacuum_back() {
         .unwrap();
     let kinds: Vec<&str> = report.tasks.iter().map(|t| t.kind.as_str()).collect();
     assert_eq!(kinds, ["index_append"], "{report:?}");
-    let vacuum = report.vacuum.expect("a vacuum is due");
+    assert!(report.vacuum.is_some(), "{report:?}");
     assert_eq!(u64s(&s, versions).await[0], before + 1);
 
-    // Another maintainer holds the lease now: the VACUUM runs all the same.
+    // With only the VACUUM due, the next round hands it back without writing a lease.
     let dir = s.database().table("t").unwrap();
+    let lease_now = || async { fragvec::maintain::lease::current(&dir).await.unwrap() };
+    let lease_before = lease_now().await;
+    let report = s
+        .maintain_leased("t", &[], ttl, VacuumIn::Caller)
+        .await
+        .unwrap();
+    assert!(report.tasks.is_empty(), "{report:?}");
+    let vacuum = report.vacuum.expect("a vacuum is due");
+    assert_eq!(lease_now().await, lease_before);
+
+    // Another maintainer holds the lease: a round leaves the VACUUM to it, but one handed
+    // back before runs all the same.
     let other = Lease::acquire(&dir, "elsewhere:1:x", ttl)
         .await
         .unwrap()
         .unwrap();
+    let report = s
+        .maintain_leased("t", &[], ttl, VacuumIn::Caller)
+        .await
+        .unwrap();
+    assert!(report.vacuum.is_none(), "{report:?}");
+    assert!(
+        report.notes.iter().any(|n| n.contains("elsewhere:1:x")),
+        "{report:?}"
+    );
     let record = s.run_vacuum("t", vacuum).await.unwrap();
     assert_eq!(
         (record.kind.as_str(), record.outcome.as_str()),

@@ -39,6 +39,13 @@ pub struct LeaseState {
     pub expires_ms: i64,
 }
 
+impl LeaseState {
+    /// Whether a maintainer other than `holder` holds the lease at `now_ms`.
+    pub fn held_by_another(&self, holder: &str, now_ms: i64) -> bool {
+        self.holder != holder && !self.holder.is_empty() && self.expires_ms > now_ms
+    }
+}
+
 /// A lease this process holds.
 #[derive(Debug)]
 pub struct Lease {
@@ -143,7 +150,7 @@ impl Lease {
     ) -> Result<std::result::Result<Lease, Busy>> {
         let now = now_ms();
         let seq = match current(dir).await? {
-            Some((_, s)) if s.holder != holder && !s.holder.is_empty() && s.expires_ms > now => {
+            Some((_, s)) if s.held_by_another(holder, now) => {
                 return Ok(Err(Busy::HeldBy {
                     holder: s.holder,
                     expires_ms: s.expires_ms,

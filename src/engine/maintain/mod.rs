@@ -27,7 +27,7 @@ pub use scheduler::{Maintainer, MaintainerConfig};
 use super::error::is_retryable;
 use super::session::{FragvecSession, StatementResult};
 use crate::format::Snapshot;
-use crate::format::manifest::{Manifest, ROW_ADDR};
+use crate::format::manifest::{Manifest, ROW_ADDR, now_ms};
 use crate::format::policy::{MaintenancePolicy, NAMES, PolicyError};
 use crate::format::vacuum::vacuum;
 use crate::index::optimize::{Optimize, optimize};
@@ -143,9 +143,25 @@ impl FragvecSession {
         }
         // A visit with nothing due writes nothing: the lease and the journal are store
         // writes, and a maintainer may visit every second (docs/maintenance.md).
-        let planned = self.plan(&first, &policy).await?;
+        let mut planned = self.plan(&first, &policy).await?;
         if planned.tasks.is_empty() {
             report.notes = planned.notes;
+            return Ok(report);
+        }
+        // Only a VACUUM due, for a caller that runs it beside its rounds: handed back
+        // without writing a lease of its own, unless another maintainer holds the lease.
+        let only_vacuum = |t: &Task| matches!(t, Task::Vacuum { .. });
+        if vacuum == VacuumIn::Caller && planned.tasks.iter().all(only_vacuum) {
+            report.notes = planned.notes;
+            match crate::maintain::lease::current(&first.dir).await? {
+                Some((_, state)) if state.held_by_another(holder(), now_ms()) => {
+                    report.notes.push(format!(
+                        "VACUUM left to {}, which holds the table's lease",
+                        state.holder
+                    ));
+                }
+                _ => report.vacuum = planned.tasks.pop(),
+            }
             return Ok(report);
         }
         let dir = first.dir.clone();
@@ -219,7 +235,8 @@ impl FragvecSession {
     /// Runs a VACUUM a round handed back ([`VacuumIn::Caller`]) on the table's latest
     /// version, journaled like a round's tasks. It takes no lease: VACUUM commits nothing
     /// and is safe beside any writer (its grace period), and the round that found it due
-    /// held the lease, so two maintainers do not both decide to run it.
+    /// held the lease or saw that no other maintainer did, so two maintainers seldom both
+    /// run it (and if they do, the second finds less to remove).
     pub async fn run_vacuum(&self, table: &str, task: Task) -> Result<TaskRecord> {
         let snapshot = self.latest_snapshot(table).await?;
         let policy = policy_of(&snapshot, &[])?;
