@@ -32,6 +32,8 @@ use super::ivf::IvfModel;
 use super::ownership::segment_ownerships;
 use super::parallel;
 use super::quantized::QuantizedRows;
+use super::row_centroids::RowCentroids;
+use super::row_centroids::background::CentroidSlot;
 use super::segment::{self, Footer, Partition};
 use super::sketch::Sketch;
 use crate::format::index_meta::{IndexDef, IndexSegment};
@@ -95,11 +97,15 @@ pub struct ColumnVectors {
     pub valid: Vec<bool>,
     /// How many rows are NULL.
     pub nulls: usize,
+    /// Each row's nearest centroid, once assigned (in the background), for the bounds that
+    /// let brute force skip rows ([`crate::index::row_centroids`]).
+    pub centroids: CentroidSlot,
 }
 
 impl ColumnVectors {
+    /// Bytes counted against the budget, with room for the rows' centroids reserved.
     fn bytes(&self) -> usize {
-        self.values.len() * 4 + self.valid.len()
+        self.values.len() * 4 + self.valid.len() * (1 + RowCentroids::BYTES_PER_ROW)
     }
 
     /// Appends `other`'s rows.
@@ -108,6 +114,7 @@ impl ColumnVectors {
         self.values.extend_from_slice(&other.values);
         self.valid.extend_from_slice(&other.valid);
         self.nulls += other.nulls;
+        self.centroids = CentroidSlot::default();
     }
 
     /// Row `i`'s vector, or `None` for a NULL.

@@ -323,6 +323,8 @@ impl IvfModel {
 /// one a full stable sort by distance gives.
 #[derive(Debug)]
 pub struct ProbeOrder {
+    /// Per partition, the query's key to its centroid (squared distance for L2 and cosine).
+    keys: Vec<f32>,
     first: Vec<usize>,
     rest_keyed: Vec<(f32, usize)>,
     rest: std::sync::OnceLock<Vec<usize>>,
@@ -334,6 +336,12 @@ fn by_key(a: &(f32, usize), b: &(f32, usize)) -> std::cmp::Ordering {
 
 impl ProbeOrder {
     fn new(mut keyed: Vec<(f32, usize)>, n: usize) -> Self {
+        let mut keys = vec![f32::NAN; keyed.len()];
+        for &(key, i) in &keyed {
+            if let Some(slot) = keys.get_mut(i) {
+                *slot = key;
+            }
+        }
         let n = n.min(keyed.len());
         if n < keyed.len() && n > 0 {
             keyed.select_nth_unstable_by(n - 1, by_key);
@@ -341,10 +349,17 @@ impl ProbeOrder {
         let rest_keyed = keyed.split_off(n);
         keyed.sort_unstable_by(by_key);
         Self {
+            keys,
             first: keyed.into_iter().map(|(_, i)| i).collect(),
             rest_keyed,
             rest: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Per partition, the query's key to its centroid: the squared distance of the prepared
+    /// query for L2 and cosine, the negated inner product for dot.
+    pub fn centroid_keys(&self) -> &[f32] {
+        &self.keys
     }
 
     /// The nearest partitions, nearest first (as many as asked, or all there are).

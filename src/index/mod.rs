@@ -35,6 +35,7 @@ pub mod optimize;
 pub mod ownership;
 pub mod parallel;
 pub mod quantized;
+pub mod row_centroids;
 pub mod row_mask;
 pub mod sample;
 pub mod search;

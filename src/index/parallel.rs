@@ -15,6 +15,17 @@ pub fn cores() -> usize {
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |p| p.get()))
 }
 
+/// Nice 10 for the calling thread (Linux applies nice per thread), so that background work
+/// (maintenance, assigning rows to centroids) yields the cores to queries; best effort.
+pub fn lower_this_thread_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: gettid and setpriority take plain integers and touch no memory of ours.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+    }
+}
+
 tokio::task_local! {
     /// Threads an index build may use in the current task (maintenance caps it with
     /// `fragvec.maintenance_threads`, so that it leaves the other cores to queries).

@@ -78,7 +78,7 @@ impl Maintainer {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
             .thread_name("fragvec-maintainer")
-            .on_thread_start(lower_priority)
+            .on_thread_start(crate::index::parallel::lower_this_thread_priority)
             .enable_all()
             .build()?;
         let thread = std::thread::Builder::new()
@@ -122,16 +122,6 @@ pub async fn maintain_once(session: &FragvecSession, config: &MaintainerConfig) 
     let (_keep, stopped) = watch::channel(false);
     let pass = pass(session, config, &log, &stopped, None);
     with_build_threads(config.threads, pass).await
-}
-
-/// Nice 10 for the calling thread (Linux applies nice per thread); best effort.
-fn lower_priority() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: gettid and setpriority take plain integers and touch no memory of ours.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
-    }
 }
 
 async fn run(

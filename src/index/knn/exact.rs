@@ -21,8 +21,17 @@ use crate::format::ranges::CONCURRENT_REQUESTS;
 use crate::format::{Fragment, read_fragment};
 use crate::index::cache::ColumnVectors;
 use crate::index::error::{IndexError, Result};
+use crate::index::ivf::IvfModel;
+use crate::index::row_centroids::{QueryBound, background, prune_runs};
 use crate::index::search::{Candidate, TopK};
 use crate::ledger::ids::row_address;
+
+/// What lets brute force rule unindexed rows out unscored: the index's model, whose
+/// centroids the rows are assigned to, and the query's distances to those centroids.
+pub(super) struct Bounds<'a> {
+    pub model: &'a Arc<IvfModel>,
+    pub query: QueryBound,
+}
 
 /// Scoring runs on every core once it covers at least this many rows.
 const PARALLEL_SCORING_ROWS: u64 = 32 * 1024;
@@ -54,11 +63,27 @@ impl Searcher<'_> {
         fragments: &[&Fragment],
         skip: &HashMap<u64, RoaringBitmap>,
     ) -> Result<Vec<Candidate>> {
+        self.brute_force_below(fragments, skip, None, None).await
+    }
+
+    /// [`Self::brute_force`] for rows whose answer is merged into a top-k whose k-th best is
+    /// `ceiling` (the index's candidates, when it found `k`): rows above it are not kept, and
+    /// with `bounds`, rows whose centroid bound puts them above the k-th best so far are not
+    /// even scored (once their fragment's rows are assigned; the first query to meet a
+    /// fragment asks for that and scores it in full). The answer merged with the ceiling's
+    /// top-k is the one plain brute force gives.
+    pub(super) async fn brute_force_below(
+        &self,
+        fragments: &[&Fragment],
+        skip: &HashMap<u64, RoaringBitmap>,
+        ceiling: Option<Candidate>,
+        bounds: Option<&Bounds<'_>>,
+    ) -> Result<Vec<Candidate>> {
         let query = Query::new(self.req.vector, self.req.metric);
         let k = self.req.k;
         let budget = self.cache.budget();
         let row_bytes = (self.req.vector.len() * 4 + 1) as u64;
-        let mut top = TopK::new(k);
+        let mut top = TopK::below(k, ceiling);
         let mut rows = 0usize;
         // Fragments whose columns fit the budget together form a group; a group's columns
         // are loaded concurrently (independent reads), then scored.
@@ -78,24 +103,28 @@ impl Searcher<'_> {
             }
             if group_bytes + bytes > budget as u64 {
                 rows += self
-                    .score_fragments(std::mem::take(&mut group), &query, &mut top)
+                    .score_fragments(std::mem::take(&mut group), &query, &mut top, bounds)
                     .await?;
                 group_bytes = 0;
             }
             group.push((fragment, runs));
             group_bytes += bytes;
         }
-        rows += self.score_fragments(group, &query, &mut top).await?;
+        rows += self
+            .score_fragments(group, &query, &mut top, bounds)
+            .await?;
         Counters::add(&self.counters.rows_scored, rows);
         Ok(top.into_sorted())
     }
 
-    /// Loads the vector columns of `group` concurrently and scores their runs.
+    /// Loads the vector columns of `group` concurrently and scores their runs (less the rows
+    /// `bounds` rule out against `top`'s k-th best).
     async fn score_fragments(
         &self,
         group: Vec<(&Fragment, Vec<Range<u32>>)>,
         query: &Query<'_>,
         top: &mut TopK,
+        bounds: Option<&Bounds<'_>>,
     ) -> Result<usize> {
         // What every fragment's load shares, made once per group (hundreds of small
         // fragments on a live table).
@@ -108,11 +137,30 @@ impl Searcher<'_> {
             .buffered(CONCURRENT_REQUESTS)
             .try_collect()
             .await?;
+        let bound = top.bound();
+        let mut ruled_out = 0usize;
         let scored: Vec<(Arc<ColumnVectors>, u64, Vec<Range<u32>>)> = loaded
             .into_iter()
             .zip(group)
-            .map(|(vectors, (fragment, runs))| (vectors, fragment.id, runs))
+            .filter_map(|(vectors, (fragment, runs))| {
+                let runs = match bounds {
+                    Some(b) => match vectors.centroids.get(b.model) {
+                        Some(assigned) => {
+                            let (kept, skipped) = prune_runs(&runs, assigned, &b.query, bound);
+                            ruled_out += skipped;
+                            kept
+                        }
+                        None => {
+                            background::request(&vectors, b.model);
+                            runs
+                        }
+                    },
+                    None => runs,
+                };
+                (!runs.is_empty()).then_some((vectors, fragment.id, runs))
+            })
             .collect();
+        Counters::add(&self.counters.skipped_by_bound, ruled_out);
         Ok(score_group(&scored, query, top))
     }
 
@@ -333,6 +381,7 @@ fn decode_vectors(batch: &RecordBatch) -> Result<ColumnVectors> {
         values: values[..list.len() * dim].to_vec(),
         nulls: list.null_count(),
         valid,
+        ..Default::default()
     })
 }
 

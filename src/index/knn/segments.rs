@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use roaring::RoaringBitmap;
 
+use super::exact::Bounds;
 use super::{Counters, Scope, Searcher};
 use crate::format::Fragment;
 use crate::format::index_meta::IndexDef;
@@ -13,6 +14,7 @@ use crate::format::index_meta::IndexSegment;
 use crate::index::cache::{Probed, Translation};
 use crate::index::error::{IndexError, Result};
 use crate::index::ivf::IvfModel;
+use crate::index::row_centroids::QueryBound;
 use crate::index::row_mask::MaskCursor;
 use crate::index::search::{
     Candidate, RowMask, SearchStats, TopK, Verdict, score_flat, score_partitions, score_pq,
@@ -407,11 +409,20 @@ impl Searcher<'_> {
                     })
                     .sum(),
             );
+            // Unindexed rows enter only below the index's k-th best, and their centroid
+            // bounds rule most of them out unscored (the same model's centroids).
+            let ceiling = (candidates.len() >= k).then(|| candidates[k - 1]);
+            let bounds = QueryBound::new(model.metric, probe_order.centroid_keys(), model.dim)
+                .filter(|_| model.metric == req.metric)
+                .map(|query| Bounds {
+                    model: &model,
+                    query,
+                });
+            let unindexed_best = self
+                .brute_force_below(&unindexed, &skipped, ceiling, bounds.as_ref())
+                .await?;
             let mut top = TopK::new(k);
-            for c in candidates
-                .into_iter()
-                .chain(self.brute_force(&unindexed, &skipped).await?)
-            {
+            for c in candidates.into_iter().chain(unindexed_best) {
                 top.push(c);
             }
             candidates = top.into_sorted();
