@@ -191,6 +191,7 @@ impl PgServer {
                 cancel: Arc::new(DefaultCancelHandler::new(self.manager.clone())),
             };
             let tls = self.tls.clone();
+            let stopping = shutdown.clone();
             tasks.spawn(async move {
                 // Closed at once: a first message no client sends (PostgreSQL limits startup
                 // packets to 10,000 bytes), so it is not left waiting for bytes that never
@@ -200,7 +201,7 @@ impl PgServer {
                     return;
                 }
                 // A broken or hostile client ends its own connection, nothing else.
-                let _ = socket::process_socket(socket, tls, handlers).await;
+                let _ = socket::process_socket(socket, tls, handlers, stopping).await;
                 drop(permit);
             });
             // Reap finished connections so the set does not grow with every client.

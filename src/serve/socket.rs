@@ -19,6 +19,7 @@ use futures::SinkExt;
 use futures::StreamExt;
 use pgwire::api::copy::CopyHandler;
 use pgwire::api::{ClientInfo, ErrorHandler, PgWireConnectionState, PgWireServerHandlers};
+use pgwire::error::ErrorInfo;
 use pgwire::messages::response::ReadyForQuery;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
@@ -128,13 +129,19 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for FlushBeforeRead<S> {
 
 /// Serves one TCP connection: TLS negotiation, startup, then every message until the
 /// client leaves. What `pgwire::tokio::process_socket` does, over [`FlushBeforeRead`].
+///
+/// When `shutdown` turns true, a connection waiting for its client's next message is closed
+/// with PostgreSQL's FATAL 57P01 (as its fast shutdown does); one running a statement
+/// finishes it first (the server bounds that wait).
 pub async fn process_socket<H: PgWireServerHandlers>(
     tcp: TcpStream,
     tls: Option<pgwire::tokio::TlsAcceptor>,
     handlers: H,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> io::Result<()> {
     let startup_deadline = tokio::time::sleep(STARTUP_TIMEOUT);
     tokio::pin!(startup_deadline);
+    let (tcp, peer) = PeerWatch::of(tcp)?;
     let negotiated = tokio::select! {
         _ = &mut startup_deadline => return Ok(()),
         s = negotiate_tls(tcp, tls) => s?,
@@ -165,10 +172,22 @@ pub async fn process_socket<H: PgWireServerHandlers>(
             let msg = if starting {
                 tokio::select! {
                     _ = &mut startup_deadline => None,
+                    _ = stopped(&mut shutdown) => None,
                     m = socket.next() => m,
                 }
             } else {
-                socket.next().await
+                tokio::select! {
+                    m = socket.next() => m,
+                    _ = stopped(&mut shutdown) => {
+                        let fatal = ErrorInfo::new(
+                            "FATAL".into(),
+                            super::sqlstate::code::ADMIN_SHUTDOWN.into(),
+                            "terminating connection due to administrator command".into(),
+                        );
+                        socket.send(PgWireBackendMessage::ErrorResponse(fatal.into())).await?;
+                        return Ok(());
+                    }
+                }
             };
             let Some(Ok(msg)) = msg else {
                 return Ok(());
@@ -208,7 +227,7 @@ pub async fn process_socket<H: PgWireServerHandlers>(
                 PgWireConnectionState::CopyInProgress(extended) => extended,
                 _ => msg.is_extended_query(),
             };
-            let processed = process_message(
+            let processing = process_message(
                 msg,
                 &mut socket,
                 startup.clone(),
@@ -216,8 +235,17 @@ pub async fn process_socket<H: PgWireServerHandlers>(
                 extended.clone(),
                 copy.clone(),
                 cancel.clone(),
-            )
-            .await;
+            );
+            // A client that leaves while its statement runs stops it: dropping the
+            // statement's future drops its streams and tasks (as a cancel does), instead of
+            // computing an answer nobody will read.
+            let processed = match &peer {
+                Some(peer) => tokio::select! {
+                    processed = processing => processed,
+                    _ = peer.gone() => return Ok(()),
+                },
+                None => processing.await,
+            };
             if let Err(mut e) = processed {
                 on_error.on_error(&socket, &mut e);
                 process_error(&mut socket, e, in_extended).await?;
@@ -228,6 +256,68 @@ pub async fn process_socket<H: PgWireServerHandlers>(
     // What is still held (a FATAL error's message, say) is sent before the socket closes.
     let _ = tokio::time::timeout(CLOSE_TIMEOUT, socket.close()).await;
     outcome
+}
+
+/// Resolves once `shutdown` is true (or its sender is gone), holding no borrow of it after.
+async fn stopped(shutdown: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+/// A second handle on a connection's TCP socket, watched while the message loop is busy
+/// with a statement (and so not reading) to notice the client leaving, as PostgreSQL's
+/// `client_connection_check_interval` does (also by `POLLRDHUP`).
+struct PeerWatch {
+    socket: TcpStream,
+}
+
+/// How often a busy connection with unread input looks again whether its client has gone.
+const PEER_CHECK_INTERVAL: Duration = Duration::from_millis(50);
+
+impl PeerWatch {
+    /// `tcp` back, and a watch on a duplicate of its descriptor (none if the descriptor
+    /// cannot be duplicated: the client's leaving is then noticed at the next read).
+    fn of(tcp: TcpStream) -> io::Result<(TcpStream, Option<PeerWatch>)> {
+        let std = tcp.into_std()?;
+        let duplicate = std.try_clone().ok();
+        let tcp = TcpStream::from_std(std)?;
+        let peer = duplicate
+            .and_then(|d| TcpStream::from_std(d).ok())
+            .map(|socket| PeerWatch { socket });
+        Ok((tcp, peer))
+    }
+
+    /// Resolves once the client has closed its side or the connection broke; never while
+    /// it is connected. Input waiting to be read (a pipelined message) is left unread.
+    async fn gone(&self) {
+        loop {
+            if self.socket.readable().await.is_err() || hung_up(&self.socket) {
+                return;
+            }
+            // Readable, not hung up: input is waiting, and stays readable until the loop
+            // reads it, so look again after a while instead of spinning.
+            tokio::time::sleep(PEER_CHECK_INTERVAL).await;
+        }
+    }
+}
+
+/// Whether the peer closed its side, reset, or the socket failed (without reading).
+#[cfg(target_os = "linux")]
+fn hung_up(socket: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut poll = libc::pollfd {
+        fd: socket.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for a descriptor we own, a zero timeout.
+    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+    ready > 0 && poll.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+}
+
+/// Elsewhere the client's leaving is noticed at the next read.
+#[cfg(not(target_os = "linux"))]
+fn hung_up(_: &TcpStream) -> bool {
+    false
 }
 
 #[cfg(test)]

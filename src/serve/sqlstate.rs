@@ -64,6 +64,8 @@ pub mod code {
     pub const INVALID_TRANSACTION_TERMINATION: &str = "2D000";
     /// A message the protocol does not allow at that point.
     pub const PROTOCOL_VIOLATION: &str = "08P01";
+    /// The server is shutting down (a connection closed by SIGTERM).
+    pub const ADMIN_SHUTDOWN: &str = "57P01";
     /// A file path outside what `--allow-files` allows.
     pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
     /// A NULL into a `NOT NULL` column.
