@@ -74,6 +74,7 @@ fn real_clients_against_fragvec_serve() {
     let server = Server::start(&dir.path().join("fragvec"));
     for script in [
         "psycopg_pgvector.py",
+        "statements.py",
         "copy_in.py",
         "copy_out.py",
         "asyncpg_vector.py",

@@ -42,6 +42,12 @@ pub(super) fn register_functions(session: &FragvecSession, database: &str) {
             ScalarValue::Utf8(Some(database)),
         ),
         constant("version", vec![], ScalarValue::Utf8(Some(version))),
+        // Every table is in `public` (pg_namespace's one user schema).
+        constant(
+            "current_schema",
+            vec![],
+            ScalarValue::Utf8(Some("public".into())),
+        ),
         constant(
             "pg_backend_pid",
             vec![],

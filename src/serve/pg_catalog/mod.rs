@@ -196,6 +196,24 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn session_functions_answer_as_postgresql_does() {
+        let s = FragvecSession::open("memory://pg-catalog-functions")
+            .await
+            .unwrap();
+        install(&s, "db", &[]).unwrap();
+        let sql = "SELECT current_schema(), current_database(),                    pg_catalog.current_schema() = 'public' AS in_public";
+        let mut st = s.parse(sql).unwrap().remove(0);
+        prepare(&s, sql, &mut st).await.unwrap();
+        let r = s.execute(st).await.unwrap();
+        let b = &r.batches[0];
+        let text = |i: usize| {
+            let col = b.column(i).as_any().downcast_ref::<StringArray>().unwrap();
+            col.value(0).to_string()
+        };
+        assert_eq!((text(0), text(1)), ("public".into(), "db".into()));
+    }
+
+    #[tokio::test]
     async fn psycopg_type_lookup_runs() {
         let s = FragvecSession::open("memory://pg-catalog-test")
             .await
