@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{RecordBatch, UInt64Array};
-use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::{Result, plan_datafusion_err, plan_err};
 
 use crate::format::Snapshot;
@@ -66,14 +66,28 @@ pub async fn run_compact(
     compaction_batch(&m)
 }
 
+/// The columns of `COMPACT`'s one-row report.
+pub const COMPACT_COLUMNS: [&str; 4] = [
+    "fragments_removed",
+    "fragments_added",
+    "rows_rewritten",
+    "version",
+];
+
+/// The columns of `VACUUM`'s one-row report.
+pub const VACUUM_COLUMNS: [&str; 3] = ["versions_removed", "files_removed", "bytes_removed"];
+
 /// `COMPACT`'s one-row report.
 pub fn compaction_batch(m: &CompactionMetrics) -> Result<RecordBatch> {
-    u64_row(&[
-        ("fragments_removed", m.fragments_removed),
-        ("fragments_added", m.fragments_added),
-        ("rows_rewritten", m.rows_rewritten),
-        ("version", m.version),
-    ])
+    u64_row(
+        &COMPACT_COLUMNS,
+        &[
+            m.fragments_removed,
+            m.fragments_added,
+            m.rows_rewritten,
+            m.version,
+        ],
+    )
 }
 
 /// Runs `VACUUM` on the table of `snapshot` (keeping `retain` versions, files younger than
@@ -89,24 +103,28 @@ pub async fn run_vacuum(
         files_removed,
         bytes_removed,
     } = vacuum(&snapshot.dir, retain, grace, progress).await?;
-    u64_row(&[
-        ("versions_removed", versions_removed),
-        ("files_removed", files_removed),
-        ("bytes_removed", bytes_removed),
-    ])
+    u64_row(
+        &VACUUM_COLUMNS,
+        &[versions_removed, files_removed, bytes_removed],
+    )
 }
 
-/// One row of `UInt64` columns named as in `values`.
-pub fn u64_row(values: &[(&str, u64)]) -> Result<RecordBatch> {
-    let schema = Arc::new(Schema::new(
-        values
+/// Non-null `UInt64` columns named `names`: the schema of a maintenance statement's report.
+pub fn u64_schema(names: &[&str]) -> SchemaRef {
+    Arc::new(Schema::new(
+        names
             .iter()
-            .map(|(n, _)| Field::new(*n, DataType::UInt64, false))
+            .map(|n| Field::new(*n, DataType::UInt64, false))
             .collect::<Vec<_>>(),
-    ));
+    ))
+}
+
+/// One row of `UInt64` columns `names` holding `values`.
+pub fn u64_row(names: &[&str], values: &[u64]) -> Result<RecordBatch> {
+    debug_assert_eq!(names.len(), values.len());
     let columns = values
         .iter()
-        .map(|(_, v)| Arc::new(UInt64Array::from(vec![*v])) as _)
+        .map(|v| Arc::new(UInt64Array::from(vec![*v])) as _)
         .collect();
-    Ok(RecordBatch::try_new(schema, columns)?)
+    Ok(RecordBatch::try_new(u64_schema(names), columns)?)
 }

@@ -222,14 +222,26 @@ pub async fn run_recluster(
     }
     let progress = super::options::progress_of(state.config());
     let (_, m) = recluster(snapshot, &spec, &progress).await?;
-    super::maintenance::u64_row(&[
-        ("rows_rewritten", m.rows_rewritten),
-        ("destinations", m.destinations),
-        ("row_map_bytes", m.row_map_bytes),
-        ("fragments_removed", m.fragments_removed),
-        ("version", m.version),
-    ])
+    super::maintenance::u64_row(
+        &RECLUSTER_COLUMNS,
+        &[
+            m.rows_rewritten,
+            m.destinations,
+            m.row_map_bytes,
+            m.fragments_removed,
+            m.version,
+        ],
+    )
 }
+
+/// The columns of `RECLUSTER`'s one-row report.
+pub const RECLUSTER_COLUMNS: [&str; 5] = [
+    "rows_rewritten",
+    "destinations",
+    "row_map_bytes",
+    "fragments_removed",
+    "version",
+];
 
 /// `ALTER TABLE t CLUSTER BY (...)` (`keys` empty: drop the key). Checks the key compiles.
 pub async fn set_cluster_key(

@@ -578,6 +578,14 @@ async fn describe_unbound(
     session: &FragvecSession,
     sql: &str,
 ) -> Result<(Vec<Option<Type>>, Option<Arc<Schema>>), ErrorInfo> {
+    // A PostgreSQL setting's SHOW answers one text column named after it (`Runner::special`).
+    if let Some(super::settings::SettingStatement::Show(name)) = super::settings::parse(sql)
+        && name != "all"
+    {
+        use datafusion::arrow::datatypes::{DataType, Field};
+        let column = Field::new(name, DataType::Utf8, false);
+        return Ok((vec![], Some(Arc::new(Schema::new(vec![column])))));
+    }
     let mut statements = match session.parse(sql) {
         Ok(s) => s,
         Err(e) => return Err(df_error(&e)),
@@ -599,13 +607,23 @@ async fn describe_unbound(
     {
         return Ok((types, None));
     }
+    // fragvec's own statements (COMPACT, VACUUM, MAINTAIN, ...) say what they answer.
+    if let Some(schema) = crate::engine::statements::result_schema(&statement) {
+        return Ok((types, Some(schema)));
+    }
     let FragvecStatement::DataFusion(s) = statement else {
         return Ok((types, None));
     };
     use datafusion::sql::sqlparser::ast::Statement;
-    // Queries (their rows) and INSERT / UPDATE / DELETE (the types of the values they take)
-    // plan without running; other statements are not planned here.
-    let is_query = matches!(s.as_ref(), DFStatement::Statement(q) if matches!(q.as_ref(), Statement::Query(_)));
+    // Queries, EXPLAIN and SHOW (their rows) and INSERT / UPDATE / DELETE (the types of the
+    // values they take) plan without running; other statements are not planned here.
+    let is_explain = matches!(s.as_ref(), DFStatement::Explain(_));
+    let is_query = is_explain
+        || matches!(s.as_ref(), DFStatement::Statement(q) if matches!(q.as_ref(),
+            Statement::Query(_)
+                | Statement::ShowVariable { .. }
+                | Statement::ShowTables { .. }
+                | Statement::ShowColumns { .. }));
     let is_insert = matches!(s.as_ref(), DFStatement::Statement(q)
         if matches!(q.as_ref(), Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)));
     if !is_query && !is_insert {
@@ -626,6 +644,12 @@ async fn describe_unbound(
             ) =>
         {
             return Err(df_error(&e));
+        }
+        // An EXPLAIN answers DataFusion's two columns whatever it explains (fragvec's own
+        // EXPLAIN of UPDATE / DELETE too), so a plan that waits for its values still has them.
+        Err(_) if is_explain => {
+            let schema = datafusion::logical_expr::LogicalPlan::explain_schema();
+            return Ok((types, Some(schema)));
         }
         Err(_) => return Ok((types, None)),
     };

@@ -15,7 +15,6 @@ use bytes::Bytes;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use futures::{Sink, SinkExt, StreamExt};
-use pgwire::api::results::FieldFormat;
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyOutResponse};
@@ -24,7 +23,7 @@ use super::copy_encode::{self, CellRef};
 use super::copy_format::CopyFormat;
 use super::copy_statement::CopyOutStatement;
 use super::sqlstate::{code, df_error, error_info};
-use super::types;
+use super::{types, values};
 use crate::FragvecSession;
 use crate::engine::statements::stream::Streamed;
 
@@ -67,25 +66,6 @@ impl CopyOut {
             Streamed::Rows(stream) => stream.schema(),
             Streamed::Done(result) => result.schema.clone(),
         };
-        if matches!(statement.format, CopyFormat::Binary) {
-            let fields = types::fields(&schema, |_| true);
-            if let Some((field, _)) = schema
-                .fields()
-                .iter()
-                .zip(&fields)
-                .find(|(_, f)| f.format() != FieldFormat::Binary)
-            {
-                return Err(error_info(
-                    code::FEATURE_NOT_SUPPORTED,
-                    format!(
-                        "COPY TO STDOUT (FORMAT binary) cannot write column \"{}\" of type {}: \
-                         use text or CSV format",
-                        field.name(),
-                        field.data_type()
-                    ),
-                ));
-            }
-        }
         Ok(CopyOut {
             format: statement.format,
             schema,
@@ -189,7 +169,7 @@ impl RowWriter<'_> {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let encoded = match types::encode_rows(batch, &self.fields) {
+        let encoded = match values::encode_rows(batch, &self.fields) {
             Ok(rows) => rows,
             Err(e) => return Ok(Err(error_info(code::DATA_EXCEPTION, e))),
         };

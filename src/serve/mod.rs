@@ -37,6 +37,7 @@ pub mod socket;
 pub mod sqlstate;
 pub mod transaction;
 pub mod types;
+pub mod values;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

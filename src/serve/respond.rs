@@ -23,7 +23,7 @@ use super::copy_in::CopyIn;
 use super::run::{FailBlockIfDropped, Output, QueryRows, df_error, error_info};
 use super::sqlstate::code;
 use super::transaction::Block;
-use super::types;
+use super::{types, values};
 
 /// Where a connection's outputs go besides the client: the COPY FROM waiting for its data,
 /// the transaction block a failure marks.
@@ -139,7 +139,7 @@ fn encode_batch(
     fields: &[FieldInfo],
 ) -> Result<Vec<DataRow>, Box<ErrorInfo>> {
     let batch = batch.map_err(|e| Box::new(df_error(&e)))?;
-    types::encode_rows(&batch, fields).map_err(|e| Box::new(error_info(code::DATA_EXCEPTION, e)))
+    values::encode_rows(&batch, fields).map_err(|e| Box::new(error_info(code::DATA_EXCEPTION, e)))
 }
 
 /// A streamed query's rows for pgwire to keep in a portal and send a part at a time (an
@@ -224,7 +224,7 @@ fn response(
             let fields = Arc::new(types::fields(&result.schema, binary));
             let mut rows = Vec::with_capacity(result.num_rows());
             for batch in &result.batches {
-                match types::encode_rows(batch, &fields) {
+                match values::encode_rows(batch, &fields) {
                     Ok(r) => rows.extend(r.into_iter().map(Ok)),
                     Err(e) => {
                         return Response::Error(Box::new(error_info(code::DATA_EXCEPTION, e)));

@@ -12,6 +12,8 @@ Env: PGHOST PGPORT PGUSER PGPASSWORD PGDATABASE, FV_TARGET=fragvec|postgres, FV_
 """
 
 import asyncio
+import datetime
+import decimal
 
 import asyncpg
 import numpy as np
@@ -171,9 +173,29 @@ async def amain():
         check_eq(got, top_k(model, q, 3), "KNN ids (text codec) for %s" % q)
     await conn2.close()
 
+    step("NUMERIC, INTERVAL, TIME and DATE values (asyncpg reads every column in binary)")
+    row = await conn.fetchrow(
+        "SELECT CAST(1234.5 AS DECIMAL(10,2)) AS d, CAST(-0.05 AS DECIMAL(6,3)) AS small, "
+        "INTERVAL '1 day 2 hours' AS i, TIME '10:30:00.25' AS t, DATE '2024-02-29' AS day, 7 AS n")
+    check_eq((row["d"], row["small"]), (decimal.Decimal("1234.50"), decimal.Decimal("-0.050")), "decimals")
+    check_eq(row["i"], datetime.timedelta(days=1, hours=2), "interval")
+    check_eq(row["t"], datetime.time(10, 30, 0, 250000), "time")
+    check_eq((row["day"], row["n"]), (datetime.date(2024, 2, 29), 7), "date and int beside them")
+
     if FRAGVEC:
-        step("COMPACT (fragvec only)")
-        await conn.fetch("COMPACT %s" % ITEMS)
+        step("fragvec_versions in binary: its UInt64 columns are NUMERIC (fragvec only)")
+        rows = await conn.fetch("SELECT * FROM fragvec_versions('%s') ORDER BY version" % ITEMS)
+        check_eq(list(rows[0].keys()), ["version", "operation", "timestamp", "read_version", "fragments", "rows"],
+                 "fragvec_versions' columns")
+        check_eq([int(r["version"]) for r in rows], list(range(1, len(rows) + 1)), "versions 1, 2, ...")
+        check_eq(rows[0]["operation"], "CREATE", "the first version's operation")
+        check(all(isinstance(r["timestamp"], datetime.datetime) for r in rows), "timestamps are datetimes")
+        check_eq(int(rows[-1]["rows"]), len(model), "rows of the newest version")
+
+        step("COMPACT (fragvec only): fetch() returns its summary row")
+        summary = await conn.fetch("COMPACT %s" % ITEMS)
+        check_eq(len(summary), 1, "COMPACT answers one row")
+        check("version" in summary[0].keys(), "COMPACT's row has its new version")
 
     step("DROP TABLE")
     await conn.execute("DROP TABLE %s" % ITEMS)

@@ -19,6 +19,7 @@ EXPLAIN, numpy); the fragvec-only ones are skipped.
 Env: PGHOST PGPORT PGUSER PGPASSWORD PGDATABASE, FV_TARGET=fragvec|postgres, FV_PREFIX.
 """
 
+import datetime
 import os
 import re
 from importlib.metadata import version as package_version
@@ -201,16 +202,12 @@ def run(conn):
                  "fragvec_versions' columns")
         last = cur.fetchall()[-1]
         check_eq((int(last[4]), int(last[5])), (3, 6), "fragments and rows of the newest version")
-        # FIXME(server): a binary cursor cannot read fragvec_versions (nor any result mixing a
-        # numeric column, i.e. UInt64 / DECIMAL, or an interval with other columns): the server
-        # sends those in text whatever the client asked (RowDescription: format 0 for them, 1
-        # for the rest), and psycopg loads every column in the format of column 0, so this
-        # fails with DataError "can't parse timestamp '': year 0 is out of range" (and
-        # fragvec_indexes with "bad value for numeric sign: 0x3400"). The CLI shows both.
-        # step("fragvec_versions through a binary cursor")
-        # got = conn.cursor(binary=True).execute(
-        #     "SELECT version, operation, timestamp FROM fragvec_versions('%s') ORDER BY version" % ITEMS).fetchall()
-        # check_eq([(int(v), op) for v, op, _ in got], versions(conn), "versions read in binary")
+        step("fragvec_versions and fragvec_indexes through a binary cursor (NUMERIC, TIMESTAMP in binary)")
+        got = conn.cursor(binary=True).execute(
+            "SELECT version, operation, timestamp FROM fragvec_versions('%s') ORDER BY version" % ITEMS).fetchall()
+        check_eq([(int(v), op) for v, op, _ in got], versions(conn), "versions read in binary")
+        check(all(isinstance(t, datetime.datetime) for _, _, t in got), "timestamps read in binary")
+        conn.cursor(binary=True).execute("SELECT * FROM fragvec_indexes('%s')" % ITEMS).fetchall()
     before_merge = dict(model)
     version_before_merge = versions(conn)[-1][0] if FRAGVEC else None
 
@@ -412,19 +409,29 @@ def run(conn):
     if FRAGVEC:
         check("KnnExec" in plan and "rows_scored=" in plan, "prepared EXPLAIN ANALYZE shows KnnExec's counters; got:\n%s", plan)
 
-    # FIXME(server): Describe of a prepared statement (Parse, then Describe 'S') of COMPACT,
-    # RECLUSTER, VACUUM, MAINTAIN, CREATE VECTOR INDEX, EXPLAIN or EXPLAIN ANALYZE answers NoData,
-    # though Execute then sends rows: asyncpg's fetch("COMPACT t") and fetch("EXPLAIN ...") return
-    # []. (psycopg's prepare=True works: libpq describes the bound portal, which has the columns.)
-    # if FRAGVEC:
-    #     step("Describe of a prepared COMPACT and EXPLAIN names their columns")
-    #     for name, sql, cols in (
-    #         (b"fv_compact", "COMPACT %s" % ITEMS, ["fragments_removed", "fragments_added", "rows_rewritten", "version"]),
-    #         (b"fv_explain", "EXPLAIN SELECT id FROM %s ORDER BY emb <-> '[1,2,3]' LIMIT 1" % ITEMS, ["plan_type", "plan"]),
-    #     ):
-    #         conn.pgconn.prepare(name, sql.encode())
-    #         d = conn.pgconn.describe_prepared(name)
-    #         check_eq([d.fname(i).decode() for i in range(d.nfields)], cols, "columns Describe gives for %s" % sql)
+    if FRAGVEC:
+        step("Describe of a prepared COMPACT, VACUUM, MAINTAIN, EXPLAIN names their columns; executed, they answer rows")
+        for name, sql, cols in (
+            (b"fv_compact", "COMPACT %s" % ITEMS, ["fragments_removed", "fragments_added", "rows_rewritten", "version"]),
+            (b"fv_vacuum", "VACUUM %s" % ITEMS, ["versions_removed", "files_removed", "bytes_removed"]),
+            (b"fv_maintain", "MAINTAIN %s" % ITEMS, None),
+            (b"fv_explain", "EXPLAIN SELECT id FROM %s ORDER BY emb <-> '[1,2,3]' LIMIT 1" % ITEMS, ["plan_type", "plan"]),
+            (b"fv_explain_p", "EXPLAIN SELECT id FROM %s ORDER BY emb <-> $1 LIMIT 1" % ITEMS, ["plan_type", "plan"]),
+        ):
+            conn.pgconn.prepare(name, sql.encode())
+            d = conn.pgconn.describe_prepared(name)
+            got = [d.fname(i).decode() for i in range(d.nfields)]
+            if cols is None:
+                check(len(got) > 0 and "kind" in got, "Describe of %s names columns; got %s" % (sql, got))
+            else:
+                check_eq(got, cols, "columns Describe gives for %s" % sql)
+            params = [b"[1,2,3]"] if b"$1" in sql.encode() else None
+            r = conn.pgconn.exec_prepared(name, params)
+            check_eq(r.status, psycopg.pq.ExecStatus.TUPLES_OK, "%s executed answers rows (%s)" % (sql, r.error_message))
+            check_eq(r.nfields, len(got), "%s executed: as many columns as described" % sql)
+            if not sql.startswith("MAINTAIN"):
+                check(r.ntuples >= 1, "%s executed answers at least one row" % sql)
+            conn.pgconn.exec_(b"DEALLOCATE " + name)
 
     step("CREATE VIEW, a query and KNN through it, the view reads the newest rows")
     conn.execute("DROP VIEW IF EXISTS %s" % VIEW)

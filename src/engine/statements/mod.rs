@@ -304,9 +304,73 @@ impl FragvecSession {
     }
 }
 
+/// The columns fragvec's own statement `statement` answers with, known before it runs (no
+/// columns: a status only); `None` for a statement DataFusion parsed (plan it to know). What
+/// the Postgres endpoint describes a prepared statement with.
+pub fn result_schema(
+    statement: &FragvecStatement,
+) -> Option<datafusion::arrow::datatypes::SchemaRef> {
+    use crate::engine::maintenance::{COMPACT_COLUMNS, VACUUM_COLUMNS, u64_schema};
+    Some(match statement {
+        FragvecStatement::DataFusion(_) => return None,
+        FragvecStatement::CreateVectorIndex { .. }
+        | FragvecStatement::DropIndex { .. }
+        | FragvecStatement::OptimizeIndex { .. } => crate::engine::write::count_schema(),
+        FragvecStatement::Compact { .. } => u64_schema(&COMPACT_COLUMNS),
+        FragvecStatement::Recluster { .. } => {
+            u64_schema(&crate::engine::recluster::RECLUSTER_COLUMNS)
+        }
+        FragvecStatement::Vacuum { .. } => u64_schema(&VACUUM_COLUMNS),
+        FragvecStatement::AlterTableProperties { .. } => StatementResult::empty().schema,
+        FragvecStatement::Maintain { .. } => crate::maintain::journal::journal_schema(),
+    })
+}
+
 /// Whether a statement only reads (a query or an EXPLAIN), so cached plans stay valid.
 fn reads_only(statement: &FragvecStatement) -> bool {
     matches!(statement, FragvecStatement::DataFusion(s)
         if matches!(s.as_ref(), DFStatement::Explain(_))
             || matches!(s.as_ref(), DFStatement::Statement(q) if matches!(q.as_ref(), Statement::Query(_))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each of fragvec's own statements answers exactly the columns [`result_schema`] says
+    /// before it runs (what a client that describes a prepared statement is told).
+    #[tokio::test]
+    async fn result_schemas_are_what_statements_answer() {
+        let session = FragvecSession::open("memory://result-schemas")
+            .await
+            .unwrap();
+        session
+            .sql(
+                "CREATE TABLE t (id BIGINT, emb VECTOR(2)); \
+                 INSERT INTO t VALUES (1, [0, 1]), (2, [1, 0]); \
+                 INSERT INTO t VALUES (3, [1, 1]), (4, [2, 0]);",
+            )
+            .await
+            .unwrap();
+        for sql in [
+            "CREATE VECTOR INDEX ix ON t (emb) USING IVF_FLAT WITH (num_partitions = 1)",
+            "INSERT INTO t VALUES (5, [3, 3])",
+            "OPTIMIZE INDEX ix ON t APPEND",
+            "COMPACT t",
+            "RECLUSTER t BY (id)",
+            "VACUUM t RETAIN 2 VERSIONS",
+            "ALTER TABLE t SET (auto_compact = off)",
+            "MAINTAIN t",
+            "DROP INDEX ix ON t",
+        ] {
+            let statement = session.parse(sql).unwrap().remove(0);
+            let expected = result_schema(&statement);
+            let answered = session.execute(statement).await.unwrap();
+            if sql.starts_with("INSERT") {
+                assert!(expected.is_none(), "{sql}");
+                continue;
+            }
+            assert_eq!(expected.as_deref(), Some(answered.schema.as_ref()), "{sql}");
+        }
+    }
 }
