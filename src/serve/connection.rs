@@ -582,9 +582,7 @@ async fn describe_unbound(
     if let Some(super::settings::SettingStatement::Show(name)) = super::settings::parse(sql)
         && name != "all"
     {
-        use datafusion::arrow::datatypes::{DataType, Field};
-        let column = Field::new(name, DataType::Utf8, false);
-        return Ok((vec![], Some(Arc::new(Schema::new(vec![column])))));
+        return Ok((vec![], Some(super::settings::show_schema(&name))));
     }
     let mut statements = match session.parse(sql) {
         Ok(s) => s,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::arrow::array::{RecordBatch, StringArray};
-use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use crate::engine::session::StatementResult;
 
@@ -174,13 +174,13 @@ impl Settings {
         Ok(())
     }
 
-    /// `SHOW name` as a one-row result.
+    /// `SHOW name` as a one-row result (of [`show_schema`]).
     pub fn show(&self, name: &str) -> Result<StatementResult, String> {
         let value = self
             .values
             .get(name)
             .ok_or_else(|| format!("unrecognized configuration parameter \"{name}\""))?;
-        let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Utf8, false)]));
+        let schema = show_schema(name);
         let batch = RecordBatch::try_new(
             schema.clone(),
             vec![Arc::new(StringArray::from(vec![value.clone()]))],
@@ -208,6 +208,11 @@ impl Settings {
     pub fn all(&self) -> impl Iterator<Item = (&String, &String)> {
         self.values.iter()
     }
+}
+
+/// The columns of `SHOW name`: one text column named after the setting.
+pub fn show_schema(name: &str) -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new(name, DataType::Utf8, false)]))
 }
 
 /// A PostgreSQL time setting in milliseconds: a bare number is milliseconds; units `us`,

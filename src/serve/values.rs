@@ -206,30 +206,15 @@ pub fn encode_binary(col: &ArrayRef, row: usize, out: &mut BytesMut) -> Result<(
         DataType::UInt16 => out.put_i32(col.as_primitive::<UInt16Type>().value(row) as i32),
         DataType::Int64 => out.put_i64(col.as_primitive::<Int64Type>().value(row)),
         DataType::UInt32 => out.put_i64(col.as_primitive::<UInt32Type>().value(row) as i64),
-        DataType::UInt64 => {
-            let v = col.as_primitive::<UInt64Type>().value(row);
-            put_numeric(out, &v.to_string(), 0)
+        DataType::UInt64 => put_numeric(out, &native_text::<UInt64Type>(col, row), 0),
+        DataType::Decimal32(_, s) => put_numeric(out, &native_text::<Decimal32Type>(col, row), *s),
+        DataType::Decimal64(_, s) => put_numeric(out, &native_text::<Decimal64Type>(col, row), *s),
+        DataType::Decimal128(_, s) => {
+            put_numeric(out, &native_text::<Decimal128Type>(col, row), *s)
         }
-        DataType::Decimal32(_, s) => put_numeric(
-            out,
-            &col.as_primitive::<Decimal32Type>().value(row).to_string(),
-            *s,
-        ),
-        DataType::Decimal64(_, s) => put_numeric(
-            out,
-            &col.as_primitive::<Decimal64Type>().value(row).to_string(),
-            *s,
-        ),
-        DataType::Decimal128(_, s) => put_numeric(
-            out,
-            &col.as_primitive::<Decimal128Type>().value(row).to_string(),
-            *s,
-        ),
-        DataType::Decimal256(_, s) => put_numeric(
-            out,
-            &col.as_primitive::<Decimal256Type>().value(row).to_string(),
-            *s,
-        ),
+        DataType::Decimal256(_, s) => {
+            put_numeric(out, &native_text::<Decimal256Type>(col, row), *s)
+        }
         DataType::Float16 => out.put_f32(col.as_primitive::<Float16Type>().value(row).to_f32()),
         DataType::Float32 => out.put_f32(col.as_primitive::<Float32Type>().value(row)),
         DataType::Float64 => out.put_f64(col.as_primitive::<Float64Type>().value(row)),
@@ -317,6 +302,17 @@ pub fn encode_binary(col: &ArrayRef, row: usize, out: &mut BytesMut) -> Result<(
         }
     }
     Ok(())
+}
+
+/// The integer a primitive column holds at `row`, in decimal (a decimal's unscaled value).
+fn native_text<T: datafusion::arrow::datatypes::ArrowPrimitiveType>(
+    col: &ArrayRef,
+    row: usize,
+) -> String
+where
+    T::Native: std::fmt::Display,
+{
+    col.as_primitive::<T>().value(row).to_string()
 }
 
 fn timestamp_micros(col: &ArrayRef, row: usize, unit: &TimeUnit) -> i64 {
