@@ -19,7 +19,6 @@ use pgwire::api::auth::{
 };
 use pgwire::api::{
     ClientInfo, ConnectionGuard, ConnectionHandle, ConnectionManager, PidSecretKeyGenerator,
-    RandomPidSecretKeyGenerator,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
@@ -144,22 +143,29 @@ fn parameters() -> DefaultServerParameterProvider {
 /// The startup handler of one connection.
 pub enum Startup {
     /// No password asked (a loopback listen without users).
-    Trust(Arc<ConnectionManager>),
+    Trust(Arc<ConnectionManager>, Arc<dyn PidSecretKeyGenerator>),
     /// SCRAM-SHA-256 against the server's users.
     Scram(Box<SASLAuthStartupHandler<DefaultServerParameterProvider>>),
 }
 
 impl Startup {
-    /// The handler `auth` calls for, registering the connection with `manager`.
-    pub fn new(auth: &Authentication, manager: Arc<ConnectionManager>) -> Self {
+    /// The handler `auth` calls for, registering the connection with `manager` under a
+    /// process id from `pids` (one generator for the server, so no two connections share
+    /// an id).
+    pub fn new(
+        auth: &Authentication,
+        manager: Arc<ConnectionManager>,
+        pids: Arc<dyn PidSecretKeyGenerator>,
+    ) -> Self {
         match auth {
-            Authentication::Trust => Startup::Trust(manager),
+            Authentication::Trust => Startup::Trust(manager, pids),
             Authentication::Scram(users) => {
                 let mut scram = ScramAuth::new(users.clone());
                 scram.set_iterations(ITERATIONS);
                 let handler = SASLAuthStartupHandler::new(Arc::new(parameters()))
                     .with_scram(scram)
-                    .with_connection_manager(manager);
+                    .with_connection_manager(manager)
+                    .with_pid_secret_key_generator(pids);
                 Startup::Scram(Box::new(handler))
             }
         }
@@ -180,11 +186,11 @@ impl StartupHandler for Startup {
     {
         match self {
             Startup::Scram(h) => h.on_startup(client, message).await,
-            Startup::Trust(manager) => {
+            Startup::Trust(manager, pids) => {
                 if let PgWireFrontendMessage::Startup(ref startup) = message {
                     protocol_negotiation(client, startup).await?;
                     save_startup_parameters_to_metadata(client, startup);
-                    let (pid, key) = RandomPidSecretKeyGenerator::default().generate(client);
+                    let (pid, key) = pids.generate(client);
                     client.set_pid_and_secret_key(pid, key.clone());
                     // Cancel requests find the connection's running statement through this.
                     let (handle, guard) = manager.register(pid, key);

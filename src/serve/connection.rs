@@ -533,11 +533,16 @@ impl ExtendedQueryHandler for Connection {
             // the rows in the portal and sends `max_rows` per Execute, then PortalSuspended.
             Some(Ok(Output::Stream(rows))) if max_rows > 0 => {
                 let to = self.destination();
+                let cancel = client
+                    .session_extensions()
+                    .get::<Arc<ConnectionHandle>>()
+                    .map(|h| (*h).clone());
                 Ok(Response::Query(respond::portal_rows(
                     rows,
                     &binary,
                     self.block.clone(),
                     to.timeout,
+                    cancel,
                 )))
             }
             Some(out) => respond::respond(client, out, &binary, false, &self.destination()).await,

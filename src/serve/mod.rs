@@ -45,7 +45,6 @@ use std::time::Duration;
 
 use pgwire::api::cancel::DefaultCancelHandler;
 use pgwire::api::{ConnectionManager, PgWireServerHandlers};
-use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 
@@ -96,28 +95,9 @@ pub struct PgServer {
     config: PgServerConfig,
     shared: Arc<Shared>,
     manager: Arc<ConnectionManager>,
+    /// Every connection's process id and secret key for cancel requests.
+    pids: Arc<pgwire::api::RandomPidSecretKeyGenerator>,
     tls: Option<pgwire::tokio::TlsAcceptor>,
-}
-
-/// Sends one ErrorResponse and closes: the answer to a connection the server will not serve.
-async fn refuse(mut socket: TcpStream, sqlstate: &str, message: &str) {
-    let mut body = Vec::new();
-    for (k, v) in [
-        (b'S', "FATAL"),
-        (b'V', "FATAL"),
-        (b'C', sqlstate),
-        (b'M', message),
-    ] {
-        body.push(k);
-        body.extend_from_slice(v.as_bytes());
-        body.push(0);
-    }
-    body.push(0);
-    let mut msg = vec![b'E'];
-    msg.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
-    msg.extend_from_slice(&body);
-    let _ = tokio::time::timeout(Duration::from_secs(1), socket.write_all(&msg)).await;
-    let _ = socket.shutdown().await;
 }
 
 impl PgServer {
@@ -151,6 +131,7 @@ impl PgServer {
             config,
             shared,
             manager: Arc::new(ConnectionManager::new()),
+            pids: Arc::new(pgwire::api::RandomPidSecretKeyGenerator::default()),
             tls,
         })
     }
@@ -180,7 +161,13 @@ impl PgServer {
             };
             let _ = socket.set_nodelay(true);
             let Ok(permit) = slots.clone().try_acquire_owned() else {
-                tasks.spawn(refuse(socket, "53300", "sorry, too many clients already"));
+                tasks.spawn(socket::refuse(
+                    socket,
+                    self.tls.clone(),
+                    DefaultCancelHandler::new(self.manager.clone()),
+                    sqlstate::code::TOO_MANY_CONNECTIONS,
+                    "sorry, too many clients already",
+                ));
                 continue;
             };
             let handlers = Handlers {
@@ -188,6 +175,7 @@ impl PgServer {
                 startup: Arc::new(Startup::new(
                     &self.config.authentication,
                     self.manager.clone(),
+                    self.pids.clone(),
                 )),
                 cancel: Arc::new(DefaultCancelHandler::new(self.manager.clone())),
             };

@@ -12,7 +12,10 @@ use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::execution::SendableRecordBatchStream;
 use futures::{Sink, SinkExt, StreamExt, stream};
+use pgwire::api::ConnectionHandle;
 use pgwire::api::results::{CopyResponse, FieldInfo, QueryResponse, Response, Tag};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
@@ -20,7 +23,7 @@ use pgwire::messages::data::{DataRow, RowDescription};
 use pgwire::messages::response::NoticeResponse;
 
 use super::copy_in::CopyIn;
-use super::run::{FailBlockIfDropped, Output, QueryRows, df_error, error_info};
+use super::run::{CancelSignal, FailBlockIfDropped, Output, QueryRows, df_error, error_info};
 use super::sqlstate::code;
 use super::transaction::Block;
 use super::{types, values};
@@ -135,48 +138,107 @@ where
 
 /// One batch of a query's stream as DataRows, or the error the client is told.
 fn encode_batch(
-    batch: datafusion::common::Result<datafusion::arrow::record_batch::RecordBatch>,
+    batch: datafusion::common::Result<RecordBatch>,
     fields: &[FieldInfo],
 ) -> Result<Vec<DataRow>, Box<ErrorInfo>> {
-    let batch = batch.map_err(|e| Box::new(df_error(&e)))?;
-    values::encode_rows(&batch, fields).map_err(|e| Box::new(error_info(code::DATA_EXCEPTION, e)))
+    encode(&batch.map_err(|e| Box::new(df_error(&e)))?, fields)
+}
+
+/// `batch`'s rows as DataRows of `fields`.
+fn encode(batch: &RecordBatch, fields: &[FieldInfo]) -> Result<Vec<DataRow>, Box<ErrorInfo>> {
+    values::encode_rows(batch, fields).map_err(|e| Box::new(error_info(code::DATA_EXCEPTION, e)))
 }
 
 /// A streamed query's rows for pgwire to keep in a portal and send a part at a time (an
 /// Execute with a row limit): produced only as the client asks for them. An error while
-/// they are produced, or the statement timeout (from now), fails the transaction block.
+/// they are produced, the statement timeout (from now) or a cancel request through `cancel`
+/// fails the transaction block.
 pub fn portal_rows(
     rows: QueryRows,
     binary: &(dyn Fn(usize) -> bool + Sync),
     block: Arc<Mutex<Block>>,
     timeout: Option<Duration>,
+    cancel: Option<Arc<ConnectionHandle>>,
 ) -> QueryResponse {
     let QueryRows(stream) = rows;
     let fields = Arc::new(types::fields(&stream.schema(), binary));
-    let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     let encode_fields = fields.clone();
-    let rows = stream
+    let rows = watched(stream, deadline, cancel)
         .map(move |batch| {
-            let late = deadline.is_some_and(|d| std::time::Instant::now() > d);
-            let encoded = if late {
-                Err(Box::new(error_info(
-                    code::QUERY_CANCELED,
-                    "canceling statement due to statement timeout",
-                )))
-            } else {
-                encode_batch(batch, &encode_fields)
-            };
-            let rows: Vec<PgWireResult<DataRow>> = match encoded {
-                Ok(rows) => rows.into_iter().map(Ok).collect(),
-                Err(e) => {
-                    block.lock().expect("lock").failed();
-                    vec![Err(PgWireError::UserError(e))]
-                }
-            };
+            let rows: Vec<PgWireResult<DataRow>> =
+                match batch.and_then(|b| encode(&b, &encode_fields)) {
+                    Ok(rows) => rows.into_iter().map(Ok).collect(),
+                    Err(e) => {
+                        block.lock().expect("lock").failed();
+                        vec![Err(PgWireError::UserError(e))]
+                    }
+                };
             stream::iter(rows)
         })
         .flatten();
     QueryResponse::new(fields, rows)
+}
+
+/// `batches` until `deadline` passes or the connection's cancel request comes (then one
+/// error, 57014, and no more). pgwire pulls a portal's rows after its Execute returns, where
+/// it no longer watches for a cancel request; each batch is waited for here, so a slow one
+/// (an aggregate's only one) is cut short as the simple protocol's would be.
+fn watched(
+    batches: SendableRecordBatchStream,
+    deadline: Option<tokio::time::Instant>,
+    cancel: Option<Arc<ConnectionHandle>>,
+) -> impl futures::Stream<Item = Result<RecordBatch, Box<ErrorInfo>>> + Send {
+    struct Watch {
+        batches: SendableRecordBatchStream,
+        deadline: Option<tokio::time::Instant>,
+        cancel: Option<Arc<ConnectionHandle>>,
+        signal: Option<CancelSignal>,
+        stopped: bool,
+    }
+    let watch = Watch {
+        batches,
+        deadline,
+        cancel,
+        signal: None,
+        stopped: false,
+    };
+    stream::unfold(watch, |mut w| async move {
+        if w.stopped {
+            return None;
+        }
+        // Asked for at the first pull, after pgwire's Execute has let go of its own.
+        let signal = match &mut w.signal {
+            Some(signal) => signal,
+            None => w.signal.insert(match &w.cancel {
+                Some(handle) => CancelSignal::new(handle.start_query().await),
+                None => CancelSignal::never(),
+            }),
+        };
+        let batches = &mut w.batches;
+        let next = async {
+            match w.deadline {
+                Some(d) => tokio::time::timeout_at(d, batches.next()).await.ok(),
+                None => Some(batches.next().await),
+            }
+        };
+        let item = tokio::select! {
+            next = next => match next {
+                Some(Some(batch)) => batch.map_err(|e| Box::new(df_error(&e))),
+                Some(None) => return None,
+                None => Err(Box::new(error_info(
+                    code::QUERY_CANCELED,
+                    "canceling statement due to statement timeout",
+                ))),
+            },
+            _ = signal.fired() => Err(Box::new(error_info(
+                code::QUERY_CANCELED,
+                "canceling statement due to user request",
+            ))),
+        };
+        w.stopped = item.is_err();
+        Some((item, w))
+    })
 }
 
 /// The RowDescription of `fields`.

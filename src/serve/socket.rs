@@ -17,9 +17,10 @@ use std::time::Duration;
 
 use futures::SinkExt;
 use futures::StreamExt;
+use pgwire::api::cancel::CancelHandler;
 use pgwire::api::copy::CopyHandler;
 use pgwire::api::{ClientInfo, ErrorHandler, PgWireConnectionState, PgWireServerHandlers};
-use pgwire::error::ErrorInfo;
+use pgwire::error::{ErrorInfo, PgWireError};
 use pgwire::messages::response::ReadyForQuery;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
@@ -248,7 +249,17 @@ pub async fn process_socket<H: PgWireServerHandlers>(
             };
             if let Err(mut e) = processed {
                 on_error.on_error(&socket, &mut e);
-                process_error(&mut socket, e, in_extended).await?;
+                match fatal_error(e) {
+                    // PostgreSQL ends the session after a FATAL error with no ReadyForQuery
+                    // (pgwire sends one, which asyncpg rejects mid-authentication).
+                    Ok(fatal) => {
+                        socket
+                            .send(PgWireBackendMessage::ErrorResponse(fatal.into()))
+                            .await?;
+                        return Ok(());
+                    }
+                    Err(e) => process_error(&mut socket, e, in_extended).await?,
+                }
             }
         }
     }
@@ -256,6 +267,52 @@ pub async fn process_socket<H: PgWireServerHandlers>(
     // What is still held (a FATAL error's message, say) is sent before the socket closes.
     let _ = tokio::time::timeout(CLOSE_TIMEOUT, socket.close()).await;
     outcome
+}
+
+/// The error to end the session with if `error` is FATAL (else `error` back), in
+/// PostgreSQL's words for a refused password (`password authentication failed for user
+/// "…"`, which clients match).
+fn fatal_error(error: PgWireError) -> Result<ErrorInfo, PgWireError> {
+    match error {
+        PgWireError::InvalidPassword(user) => Ok(ErrorInfo::new(
+            "FATAL".into(),
+            super::sqlstate::code::INVALID_PASSWORD.into(),
+            format!("password authentication failed for user \"{user}\""),
+        )),
+        PgWireError::UserError(info) if info.is_fatal() => Ok(*info),
+        other => Err(other),
+    }
+}
+
+/// Answers a connection the server will not serve (past `--max-connections`) as
+/// PostgreSQL does: after the TLS negotiation and the startup packet, one FATAL error. A
+/// cancel request is still served, so that a client can stop a statement of a full server.
+pub async fn refuse(
+    tcp: TcpStream,
+    tls: Option<pgwire::tokio::TlsAcceptor>,
+    cancel: impl CancelHandler,
+    sqlstate: &str,
+    message: &str,
+) {
+    let _ = tokio::time::timeout(STARTUP_TIMEOUT, async {
+        let Ok(Some(mut socket)) = negotiate_tls::<()>(tcp, tls).await else {
+            return;
+        };
+        match socket.next().await {
+            Some(Ok(PgWireFrontendMessage::CancelRequest(request))) => {
+                cancel.on_cancel_request(request).await;
+            }
+            Some(Ok(_)) => {
+                let fatal = ErrorInfo::new("FATAL".into(), sqlstate.into(), message.into());
+                let _ = socket
+                    .send(PgWireBackendMessage::ErrorResponse(fatal.into()))
+                    .await;
+            }
+            _ => {}
+        }
+        let _ = socket.close().await;
+    })
+    .await;
 }
 
 /// Resolves once `shutdown` is true (or its sender is gone), holding no borrow of it after.

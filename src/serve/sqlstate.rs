@@ -64,6 +64,10 @@ pub mod code {
     pub const INVALID_TRANSACTION_TERMINATION: &str = "2D000";
     /// A message the protocol does not allow at that point.
     pub const PROTOCOL_VIOLATION: &str = "08P01";
+    /// A refused password or an unknown user.
+    pub const INVALID_PASSWORD: &str = "28P01";
+    /// More connections than `--max-connections`.
+    pub const TOO_MANY_CONNECTIONS: &str = "53300";
     /// The server is shutting down (a connection closed by SIGTERM).
     pub const ADMIN_SHUTDOWN: &str = "57P01";
     /// A file path outside what `--allow-files` allows.

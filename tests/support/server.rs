@@ -18,9 +18,20 @@ impl ServeProcess {
     /// Starts `fragvec --db DB serve --pg 127.0.0.1:0 ARGS...` and waits for its `lines`
     /// "listening on" lines.
     pub fn start(db: &Path, args: &[&str], lines: usize) -> ServeProcess {
+        Self::start_with_env(db, args, lines, &[])
+    }
+
+    /// As `start`, with `env` added to the server's environment (`FRAGVEC_PASSWORD`, say).
+    pub fn start_with_env(
+        db: &Path,
+        args: &[&str],
+        lines: usize,
+        env: &[(&str, &str)],
+    ) -> ServeProcess {
         let mut child = Command::new(env!("CARGO_BIN_EXE_fragvec"))
             .args(["--db", db.to_str().unwrap(), "serve", "--pg", "127.0.0.1:0"])
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -64,6 +75,34 @@ impl ServeProcess {
             status.success(),
             "fragvec serve exited with {status} after SIGTERM"
         );
+    }
+}
+
+impl ServeProcess {
+    /// Waits for a server that was told to stop (by a client's SIGTERM, say) to exit, and
+    /// checks it exited 0 within `limit`.
+    pub fn wait_for_exit(mut self, limit: std::time::Duration) {
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "fragvec serve exited with {status}");
+                return;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "fragvec serve still runs {limit:?} after it was told to stop"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// The port of the PostgreSQL endpoint.
+    pub fn pg_port(&self) -> u16 {
+        self.address("postgresql")
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("a port in the postgresql address")
     }
 }
 
