@@ -33,7 +33,7 @@ use super::ownership::segment_ownerships;
 use super::parallel;
 use super::quantized::QuantizedRows;
 use super::row_centroids::RowCentroids;
-use super::row_centroids::background::CentroidSlot;
+use super::row_centroids::background::{AssignableRows, CentroidSlot};
 use super::segment::{self, Footer, Partition};
 use super::sketch::Sketch;
 use crate::format::index_meta::{IndexDef, IndexSegment};
@@ -121,6 +121,16 @@ impl ColumnVectors {
     #[inline]
     pub fn row(&self, i: usize) -> Option<&[f32]> {
         self.valid[i].then(|| &self.values[i * self.dim..(i + 1) * self.dim])
+    }
+}
+
+impl AssignableRows for ColumnVectors {
+    fn slot(&self) -> &CentroidSlot {
+        &self.centroids
+    }
+
+    fn assign(&self, model: &Arc<IvfModel>) -> Option<RowCentroids> {
+        RowCentroids::compute(self.dim, &self.values, &self.valid, model)
     }
 }
 

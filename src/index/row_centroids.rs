@@ -26,7 +26,6 @@ pub mod background;
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::cache::ColumnVectors;
 use super::distance::{Metric, l2_squared};
 use super::ivf::IvfModel;
 use super::nearest::CentroidTable;
@@ -49,15 +48,21 @@ pub struct RowCentroids {
 }
 
 impl RowCentroids {
-    /// Assigns every row of `vectors` to its nearest centroid of `model`; `None` when the
+    /// Assigns every row of a column (`values`: `valid.len() × column_dim` floats, `valid`:
+    /// per row whether it is non-NULL) to its nearest centroid of `model`; `None` when the
     /// model's metric has no bound (dot product) or its dimension differs from the column's.
-    pub fn compute(vectors: &ColumnVectors, model: &Arc<IvfModel>) -> Option<Self> {
+    pub fn compute(
+        column_dim: usize,
+        values: &[f32],
+        valid: &[bool],
+        model: &Arc<IvfModel>,
+    ) -> Option<Self> {
         if model.metric == Metric::Dot || model.partitions() == 0 {
             return None;
         }
         let dim = model.dim;
-        let rows = vectors.valid.len();
-        if dim == 0 || vectors.dim != dim || vectors.values.len() != rows * dim {
+        let rows = valid.len();
+        if dim == 0 || column_dim != dim || values.len() != rows * dim {
             return None;
         }
         let table = CentroidTable::new(&model.centroids, dim);
@@ -71,8 +76,8 @@ impl RowCentroids {
             prepared.clear();
             has_bound.clear();
             for i in start..end {
-                let v = &vectors.values[i * dim..(i + 1) * dim];
-                let row = vectors.valid[i].then(|| model.prepare(v)).flatten();
+                let v = &values[i * dim..(i + 1) * dim];
+                let row = valid[i].then(|| model.prepare(v)).flatten();
                 match row {
                     Some(row) if row.iter().all(|x| x.is_finite()) => {
                         prepared.extend_from_slice(&row);

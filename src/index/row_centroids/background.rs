@@ -17,7 +17,6 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::sync::{Arc, OnceLock, Weak};
 
 use super::RowCentroids;
-use crate::index::cache::ColumnVectors;
 use crate::index::ivf::IvfModel;
 
 /// Requests waiting at most (each a weak reference and a model).
@@ -71,20 +70,30 @@ impl std::fmt::Debug for CentroidSlot {
     }
 }
 
+/// What the thread assigns: a cached column's rows, and the slot their centroids go in.
+/// (The cache's vector column implements it; this module does not know the cache.)
+pub trait AssignableRows: Send + Sync + 'static {
+    /// Where the assignments are kept.
+    fn slot(&self) -> &CentroidSlot;
+    /// The rows' centroids under `model` (see [`RowCentroids::compute`]).
+    fn assign(&self, model: &Arc<IvfModel>) -> Option<RowCentroids>;
+}
+
 struct Job {
-    vectors: Weak<ColumnVectors>,
+    rows: Weak<dyn AssignableRows>,
     model: Arc<IvfModel>,
 }
 
-/// Asks the background thread to assign `vectors`' rows under `model`, unless they are
-/// assigned (under any model: a column keeps the first model's assignments) or queued.
-pub fn request(vectors: &Arc<ColumnVectors>, model: &Arc<IvfModel>) {
-    let slot = &vectors.centroids;
+/// Asks the background thread to assign `rows` under `model`, unless they are assigned
+/// (under any model: a column keeps the first model's assignments) or queued.
+pub fn request<R: AssignableRows>(rows: &Arc<R>, model: &Arc<IvfModel>) {
+    let slot = rows.slot();
     if slot.is_set() || slot.queued.swap(true, Ordering::AcqRel) {
         return;
     }
+    let weak: Weak<R> = Arc::downgrade(rows);
     let job = Job {
-        vectors: Arc::downgrade(vectors),
+        rows: weak as Weak<dyn AssignableRows>,
         model: model.clone(),
     };
     match sender().try_send(job) {
@@ -112,12 +121,12 @@ fn sender() -> &'static SyncSender<Job> {
 fn assign_forever(jobs: Receiver<Job>) {
     crate::index::parallel::lower_this_thread_priority();
     while let Ok(job) = jobs.recv() {
-        let Some(vectors) = job.vectors.upgrade() else {
+        let Some(rows) = job.rows.upgrade() else {
             continue;
         };
         // A model without bounds leaves the slot empty and queued: never asked again.
-        if let Some(rows) = RowCentroids::compute(&vectors, &job.model) {
-            vectors.centroids.set(rows);
+        if let Some(assigned) = rows.assign(&job.model) {
+            rows.slot().set(assigned);
         }
     }
 }

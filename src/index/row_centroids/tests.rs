@@ -5,6 +5,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 
 use super::*;
+use crate::index::cache::ColumnVectors;
 use crate::index::knn::exact_key;
 use crate::index::search::{Candidate, TopK};
 use crate::ledger::ids::row_address;
@@ -99,7 +100,7 @@ proptest! {
             .collect();
         let m = model(metric, dim, centroids.iter().flat_map(|c| c[..dim].to_vec()).collect());
         let col = column(dim, &rows);
-        let assigned = RowCentroids::compute(&col, &m).expect("L2 and cosine have bounds");
+        let assigned = RowCentroids::compute(col.dim, &col.values, &col.valid, &m).expect("L2 and cosine have bounds");
         prop_assert_eq!(assigned.len(), rows.len());
         let q = &q[..dim];
         let Some(query) = query_bound(&m, q) else { return Ok(()) };
@@ -145,7 +146,7 @@ proptest! {
             .flat_map(|p| rows[(p * 37 + 1) % rows.len()].clone().unwrap_or(vec![1.0; dim]))
             .collect();
         let m = model(metric, dim, centroids);
-        let assigned = RowCentroids::compute(&col, &m).expect("bounded metric");
+        let assigned = RowCentroids::compute(col.dim, &col.values, &col.valid, &m).expect("bounded metric");
         let q: Vec<f32> = rows[(seed as usize) % rows.len()]
             .clone()
             .unwrap_or(vec![0.5; dim])
@@ -184,7 +185,7 @@ fn bounds_rule_out_most_rows_of_clustered_data() {
     let centroids: Vec<f32> = (0..8).flat_map(|c| rows[c + 16].clone().unwrap()).collect();
     for metric in [Metric::L2, Metric::Cosine] {
         let m = model(metric, dim, centroids.clone());
-        let assigned = RowCentroids::compute(&col, &m).unwrap();
+        let assigned = RowCentroids::compute(col.dim, &col.values, &col.valid, &m).unwrap();
         let q: Vec<f32> = rows[3].clone().unwrap();
         let query = query_bound(&m, &q).unwrap();
         let mut top = TopK::new(10);
@@ -215,7 +216,7 @@ fn rows_without_a_bound_are_always_scored() {
     ];
     let col = column(dim, &rows);
     let m = model(Metric::Cosine, dim, vec![1.0, 0.0, 0.0, -1.0, 0.0, 0.0]);
-    let assigned = RowCentroids::compute(&col, &m).unwrap();
+    let assigned = RowCentroids::compute(col.dim, &col.values, &col.valid, &m).unwrap();
     let query = query_bound(&m, &[-1.0, 0.0, 0.0]).unwrap();
     // Bound 0: every row with a bound is ruled out, the others stay.
     let (kept, skipped) = prune_runs(&[0..4], &assigned, &query, 0.0);
@@ -229,8 +230,24 @@ fn rows_without_a_bound_are_always_scored() {
 #[test]
 fn dot_product_and_mismatched_columns_have_no_bounds() {
     let col = column(2, &[Some(vec![1.0, 2.0])]);
-    assert!(RowCentroids::compute(&col, &model(Metric::Dot, 2, vec![0.0, 0.0])).is_none());
-    assert!(RowCentroids::compute(&col, &model(Metric::L2, 3, vec![0.0; 3])).is_none());
+    assert!(
+        RowCentroids::compute(
+            col.dim,
+            &col.values,
+            &col.valid,
+            &model(Metric::Dot, 2, vec![0.0, 0.0])
+        )
+        .is_none()
+    );
+    assert!(
+        RowCentroids::compute(
+            col.dim,
+            &col.values,
+            &col.valid,
+            &model(Metric::L2, 3, vec![0.0; 3])
+        )
+        .is_none()
+    );
     assert!(QueryBound::new(Metric::Dot, &[1.0], 2).is_none());
 }
 
@@ -239,7 +256,7 @@ fn assignments_are_for_one_model() {
     let col = column(2, &[Some(vec![1.0, 2.0]), Some(vec![-1.0, 0.5])]);
     let a = model(Metric::L2, 2, vec![0.0, 0.0, 1.0, 2.0]);
     let b = model(Metric::L2, 2, vec![0.0, 0.0, 1.0, 2.0]);
-    let assigned = RowCentroids::compute(&col, &a).unwrap();
+    let assigned = RowCentroids::compute(col.dim, &col.values, &col.valid, &a).unwrap();
     assert!(assigned.is_for(&a));
     assert!(
         !assigned.is_for(&b),

@@ -152,14 +152,17 @@ impl FlightSql {
     }
 
     /// The rows of one prepared statement's parameters (a DoPut's batches, concatenated).
+    /// A message with no IPC header carries only the descriptor: arrow-flight's own client
+    /// sends one alone to run a prepared update whose parameters it bound before.
     async fn parameters(upload: PeekableFlightDataStream) -> Result<Option<RecordBatch>, Status> {
+        let messages = upload
+            .try_filter(|d| std::future::ready(!d.data_header.is_empty()))
+            .map_err(|e| FlightError::Tonic(Box::new(e)));
         let batches: Vec<RecordBatch> =
-            arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(
-                upload.map_err(|e| FlightError::Tonic(Box::new(e))),
-            )
-            .try_collect()
-            .await
-            .map_err(|e| Status::invalid_argument(format!("the parameters: {e}")))?;
+            arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(messages)
+                .try_collect()
+                .await
+                .map_err(|e| Status::invalid_argument(format!("the parameters: {e}")))?;
         let Some(first) = batches.first() else {
             return Ok(None);
         };
