@@ -464,3 +464,50 @@ async fn authentication_and_shared_sessions_from_the_rust_client() {
     );
     server.stop();
 }
+
+/// `--flight-token-ttl`: a token stays valid while it is used, and one left unused longer
+/// than the TTL is refused with Unauthenticated until the client authenticates again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_expire_when_left_unused() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    std::fs::write(&users, "ann:secret-pw\n").unwrap();
+    let server = ServeProcess::start(
+        &dir.path().join("db"),
+        &[
+            "--flight",
+            "127.0.0.1:0",
+            "--users",
+            users.to_str().unwrap(),
+            "--flight-token-ttl",
+            "2",
+        ],
+        2,
+    );
+    let uri = server.address("grpc").to_string();
+    let mut ann = session(&uri, "ann", "secret-pw").await;
+    update(&mut ann, "SET fragvec.nprobes = 7").await;
+    // Used every second: the TTL counts from the last use, so the session lives on.
+    for _ in 0..3 {
+        tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+        let shown = query(&mut ann, "SHOW fragvec.nprobes").await;
+        assert!(
+            strings(&shown, shown[0].schema().field(1).name()).contains(&"7".to_string()),
+            "{shown:?}"
+        );
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(3000)).await;
+    let err = ann.execute("SELECT 1".into(), None).await.unwrap_err();
+    assert!(
+        has_code(&err, Code::Unauthenticated) && err.to_string().contains("expired"),
+        "{err}"
+    );
+    // Authenticating again gives a new session (the expired one's SET is gone).
+    let mut again = session(&uri, "ann", "secret-pw").await;
+    let shown = query(&mut again, "SHOW fragvec.nprobes").await;
+    assert!(
+        !strings(&shown, shown[0].schema().field(1).name()).contains(&"7".to_string()),
+        "{shown:?}"
+    );
+    server.stop();
+}

@@ -39,6 +39,12 @@ pub struct ServeArgs {
     #[cfg(feature = "flight")]
     #[arg(long)]
     pub flight: Option<SocketAddr>,
+    /// Seconds a Flight SQL session's bearer token stays valid unused; the client then
+    /// authenticates again (Handshake).
+    #[cfg(feature = "flight")]
+    #[arg(long, default_value_t = 3600, value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub flight_token_ttl: u64,
     /// Users allowed to connect, one `name:password` per line (SCRAM-SHA-256). Without it
     /// and without FRAGVEC_PASSWORD, anyone reaching the address may connect, so only a
     /// loopback address is allowed.
@@ -124,6 +130,7 @@ pub async fn run(session: FragvecSession, args: &ServeArgs, location: &str) -> R
             flight.tls = config.tls.clone();
             flight.allow_files = config.allow_files.clone();
             flight.statement_timeout_ms = config.statement_timeout_ms;
+            flight.token_ttl = Duration::from_secs(args.flight_token_ttl);
             Some(crate::serve::flight::FlightServer::bind(session.clone(), flight).await?)
         }
         None => None,
