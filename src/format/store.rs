@@ -709,8 +709,15 @@ impl TableDir {
     /// its manifest entry records (entries written before checksums have none). Decoded
     /// vectors are kept per database ([`DeletionCache`]).
     pub async fn read_deletions(&self, fragment: &Fragment) -> Result<RoaringBitmap> {
+        Ok(self.shared_deletions(fragment).await?.as_ref().clone())
+    }
+
+    /// [`Self::read_deletions`] without a copy: the cached vector itself. A KNN query takes
+    /// the deletion vector of every fragment that has one, and on a live table (deletes in
+    /// most of hundreds of fragments) copying each for each query was allocation churn.
+    pub async fn shared_deletions(&self, fragment: &Fragment) -> Result<Arc<RoaringBitmap>> {
         let Some(file) = &fragment.deletion else {
-            return Ok(RoaringBitmap::new());
+            return Ok(Arc::default());
         };
         let path = self.path(&file.path);
         let key = format!(
@@ -718,7 +725,7 @@ impl TableDir {
             fragment.id, fragment.physical_rows, file.deleted_rows, file.crc32c
         );
         if let Some(hit) = self.deletions.get(&key) {
-            return Ok(hit.as_ref().clone());
+            return Ok(hit);
         }
         let bytes = self.read(&file.path).await?;
         if let Some(crc) = file.crc32c {
@@ -731,7 +738,8 @@ impl TableDir {
             fragment.physical_rows,
             file.deleted_rows,
         )?;
-        self.deletions.insert(key, Arc::new(deleted.clone()));
+        let deleted = Arc::new(deleted);
+        self.deletions.insert(key, deleted.clone());
         Ok(deleted)
     }
 

@@ -12,6 +12,7 @@
 //! same verdicts as [`RowMask::verdict`] for any order of rows (property test below).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use roaring::bitmap::Iter;
 use roaring::{RoaringBitmap, RoaringTreemap};
@@ -31,6 +32,10 @@ pub enum Verdict {
     Filtered,
 }
 
+/// Deleted rows by fragment id, for the fragments that have any: the database's cached
+/// deletion vectors themselves, shared, not copied per query.
+pub type Deletions = HashMap<u64, Arc<RoaringBitmap>>;
+
 /// Which rows of a segment may be returned.
 #[derive(Debug, Default)]
 pub struct RowMask<'a> {
@@ -38,7 +43,7 @@ pub struct RowMask<'a> {
     /// owns few fragments: halving a short list beats hashing on every row).
     pub owned: Vec<u64>,
     /// Deleted rows, per owned fragment.
-    pub deletions: Option<&'a HashMap<u64, RoaringBitmap>>,
+    pub deletions: Option<&'a Deletions>,
     /// Addresses that pass the query's WHERE filter; `None` = no filter.
     pub allowed: Option<&'a RoaringTreemap>,
 }
@@ -105,7 +110,7 @@ impl<'m, 'a> MaskCursor<'m, 'a> {
             slot => slot.insert(Fragment {
                 id,
                 owned: mask.owned.binary_search(&id).is_ok(),
-                deleted: mask.deletions.and_then(|d| d.get(&id)),
+                deleted: mask.deletions.and_then(|d| d.get(&id)).map(|d| d.as_ref()),
                 last_offset: offset,
                 walk: None,
             }),
@@ -175,8 +180,8 @@ mod tests {
             rows in prop::collection::vec((0u64..6, prop_oneof![0u32..200, 65_530u32..65_700]), 0..400),
             sort in any::<bool>(),
         ) {
-            let deletions: HashMap<u64, RoaringBitmap> =
-                deleted.iter().map(|(f, o)| (*f, bitmap(o))).collect();
+            let deletions: Deletions =
+                deleted.iter().map(|(f, o)| (*f, Arc::new(bitmap(o)))).collect();
             let allowed: Option<RoaringTreemap> = allowed
                 .map(|a| a.iter().map(|(f, o)| row_address(*f, *o as u64)).collect());
             let mask = RowMask {
@@ -197,7 +202,7 @@ mod tests {
 
     #[test]
     fn a_walk_finds_every_deleted_row_of_an_ordered_run() {
-        let deletions = HashMap::from([(1, bitmap(&[0, 2, 3, 70_000]))]);
+        let deletions = Deletions::from([(1, Arc::new(bitmap(&[0, 2, 3, 70_000])))]);
         let mask = RowMask {
             owned: vec![1],
             deletions: Some(&deletions),

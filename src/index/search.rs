@@ -374,7 +374,6 @@ pub fn score_pq(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
 
     use roaring::RoaringBitmap;
 
@@ -492,7 +491,10 @@ mod tests {
             codes: vec![],
             vectors: vec![0.0, 5.0, 6.0, 7.0],
         };
-        let deletions = HashMap::from([(0u64, RoaringBitmap::from_iter([1u32]))]);
+        let deletions = crate::index::row_mask::Deletions::from([(
+            0u64,
+            std::sync::Arc::new(RoaringBitmap::from_iter([1u32])),
+        )]);
         let mask = RowMask {
             owned: vec![0],
             deletions: Some(&deletions),

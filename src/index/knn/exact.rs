@@ -177,16 +177,19 @@ impl Searcher<'_> {
                 "more rows than a row address can hold",
             )
         })?;
-        let mut excluded = self
-            .deletions
-            .get(&fragment.id)
-            .cloned()
-            .unwrap_or_default();
-        if let Some(s) = skip.get(&fragment.id) {
-            excluded |= s;
-        }
+        let deleted = self.deletions.get(&fragment.id).map(|d| d.as_ref());
+        // The deletion vector itself unless a segment's rows are to be skipped too.
+        let merged;
+        let excluded = match (deleted, skip.get(&fragment.id)) {
+            (Some(d), Some(s)) => {
+                merged = d | s;
+                &merged
+            }
+            (Some(only), None) | (None, Some(only)) => only,
+            (None, None) => &RoaringBitmap::new(),
+        };
         let allowed = self.req.mask.map(|mask| fragment_mask(mask, fragment.id));
-        Ok(scorable_runs(rows, &excluded, allowed.as_ref()))
+        Ok(scorable_runs(rows, excluded, allowed.as_ref()))
     }
 
     /// Scores a fragment whose vector column is larger than the cache budget: batch by batch

@@ -45,11 +45,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::{StreamExt, TryStreamExt};
-use roaring::{RoaringBitmap, RoaringTreemap};
+use roaring::RoaringTreemap;
 
 use super::cache::IndexCache;
 use super::distance::{Metric, metric_key};
 use super::error::{IndexError, Result};
+use super::row_mask::Deletions;
 use super::search::{Candidate, TopK};
 use crate::format::Snapshot;
 use crate::format::index_meta::IndexDef;
@@ -181,7 +182,7 @@ pub(crate) struct Searcher<'a> {
     pub req: KnnRequest<'a>,
     pub cache: &'a IndexCache,
     /// Deletion vectors of the snapshot's fragments that have one, read once per query.
-    pub deletions: HashMap<u64, RoaringBitmap>,
+    pub deletions: Deletions,
     pub counters: Counters,
     /// The part of the search this run answers for; `None`: all of it.
     pub scope: Option<Scope>,
@@ -286,9 +287,11 @@ async fn search_in(
         .fragments
         .iter()
         .filter(|f| f.deletion.is_some())
-        .map(|f| async move { Ok::<_, IndexError>((f.id, snapshot.dir.read_deletions(f).await?)) })
+        .map(
+            |f| async move { Ok::<_, IndexError>((f.id, snapshot.dir.shared_deletions(f).await?)) },
+        )
         .collect();
-    let deletions: HashMap<u64, RoaringBitmap> = futures::stream::iter(reads)
+    let deletions: Deletions = futures::stream::iter(reads)
         .buffered(crate::format::ranges::CONCURRENT_REQUESTS)
         .try_collect()
         .await?;

@@ -39,6 +39,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use roaring::{RoaringBitmap, RoaringTreemap};
 
 use crate::format::Fragment;
+use crate::index::row_mask::Deletions;
 use crate::ledger::ids::split_row_address;
 use crate::ledger::{Coverage, SegmentOwnership};
 
@@ -206,11 +207,7 @@ impl ShareRows {
     }
 
     /// Live rows of the share (`deletions`: the deletion vectors of fragments with one).
-    pub fn live_rows(
-        &self,
-        fragments: &[Fragment],
-        deletions: &std::collections::HashMap<u64, RoaringBitmap>,
-    ) -> u64 {
+    pub fn live_rows(&self, fragments: &[Fragment], deletions: &Deletions) -> u64 {
         fragments
             .iter()
             .filter_map(|f| self.rows.get(&f.id).map(|c| (f, c)))
@@ -395,8 +392,8 @@ mod tests {
         ) {
             let fragments: Vec<Fragment> =
                 sizes.iter().enumerate().map(|(f, n)| fragment(f as u64, *n)).collect();
-            let deletions: std::collections::HashMap<u64, RoaringBitmap> =
-                [(0u64, deleted.iter().copied().filter(|o| u64::from(*o) < sizes[0]).collect())]
+            let deletions: Deletions =
+                [(0u64, std::sync::Arc::new(deleted.iter().copied().filter(|o| u64::from(*o) < sizes[0]).collect()))]
                     .into_iter()
                     .collect();
             let all: BTreeSet<u64> = fragments.iter().map(|f| f.id).collect();

@@ -70,7 +70,6 @@ use crate::index::segment::Partition;
 use crate::ledger::ids::row_address;
 use proptest::prelude::*;
 use roaring::{RoaringBitmap, RoaringTreemap};
-use std::collections::HashMap;
 
 /// The top-k (keys as bits, addresses) and counts of scoring `part` with and without its
 /// quantized rows.
@@ -159,8 +158,8 @@ pub(crate) fn masks(
     addrs: &[u64],
     rows: usize,
     seed: u64,
-) -> (HashMap<u64, RoaringBitmap>, RoaringTreemap) {
-    let deleted = (0..rows as u32)
+) -> (crate::index::row_mask::Deletions, RoaringTreemap) {
+    let deleted: RoaringBitmap = (0..rows as u32)
         .filter(|r| (*r as u64 ^ seed).is_multiple_of(5))
         .collect();
     let allowed = addrs
@@ -168,7 +167,10 @@ pub(crate) fn masks(
         .copied()
         .filter(|a| !(a ^ seed).is_multiple_of(3))
         .collect();
-    (HashMap::from([(1, deleted)]), allowed)
+    (
+        crate::index::row_mask::Deletions::from([(1, std::sync::Arc::new(deleted))]),
+        allowed,
+    )
 }
 
 proptest! {
