@@ -6,7 +6,10 @@
 //! between, it is the output of the block's last statement as the `fragvec` CLI prints it
 //! (table format). `sql no-run` blocks are not run (the page says why).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+#[path = "support/doc_pages.rs"]
+mod doc_pages;
 
 use fragvec::FragvecSession;
 use fragvec::cli::Format;
@@ -52,19 +55,6 @@ fn blocks(page: &str) -> Vec<Block> {
         i += 1;
     }
     out
-}
-
-fn pages() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut pages = vec![root.join("README.md")];
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
-        .expect("docs/")
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md"))
-        .collect();
-    docs.sort();
-    pages.extend(docs);
-    pages
 }
 
 /// Runs one page's examples; returns the mismatches and errors, described.
@@ -133,7 +123,7 @@ async fn check_page(path: &Path) -> (usize, Vec<String>) {
 async fn sql_examples_in_the_docs_print_what_they_say() {
     let mut problems = Vec::new();
     let mut total = 0;
-    for page in pages() {
+    for page in doc_pages::pages() {
         let (ran, p) = check_page(&page).await;
         total += ran;
         problems.extend(p);

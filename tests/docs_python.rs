@@ -11,10 +11,11 @@
 //! without it (`FRAGVEC_PG_PYTHON` unset) the test says so and passes, unless
 //! `FRAGVEC_REQUIRE_PG_CLIENTS=1`.
 
+#[path = "support/doc_pages.rs"]
+mod doc_pages;
 #[path = "support/server.rs"]
 mod server;
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use server::ServeProcess;
@@ -45,19 +46,6 @@ fn python_blocks(page: &str) -> Vec<(usize, String)> {
     blocks
 }
 
-fn pages() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut pages = vec![root.join("README.md")];
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md"))
-        .collect();
-    docs.sort();
-    pages.extend(docs);
-    pages
-}
-
 /// The block with the page's addresses replaced by `server`'s.
 fn against(block: &str, server: &ServeProcess) -> String {
     let pg = server.pg_port();
@@ -77,7 +65,7 @@ fn python_examples_of_the_pages_run_against_fragvec_serve() {
         return;
     };
     let mut ran = 0;
-    for page in pages() {
+    for page in doc_pages::pages() {
         let text = std::fs::read_to_string(&page).unwrap();
         for (line, block) in python_blocks(&text) {
             let dir = tempfile::tempdir().unwrap();

@@ -395,21 +395,19 @@ async fn statements_parameters_and_metadata_from_the_rust_client() {
     server.stop();
 }
 
+/// A Flight server in `dir` whose users file holds `users` (`name:password` lines).
+fn with_users(dir: &std::path::Path, users: &str, more: &[&str]) -> ServeProcess {
+    let file = dir.join("users");
+    std::fs::write(&file, users).unwrap();
+    let mut args = vec!["--flight", "127.0.0.1:0", "--users", file.to_str().unwrap()];
+    args.extend_from_slice(more);
+    ServeProcess::start(&dir.join("db"), &args, 2)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn authentication_and_shared_sessions_from_the_rust_client() {
     let dir = tempfile::tempdir().unwrap();
-    let users = dir.path().join("users");
-    std::fs::write(&users, "ann:secret-pw\nbob:other\n").unwrap();
-    let server = ServeProcess::start(
-        &dir.path().join("db"),
-        &[
-            "--flight",
-            "127.0.0.1:0",
-            "--users",
-            users.to_str().unwrap(),
-        ],
-        2,
-    );
+    let server = with_users(dir.path(), "ann:secret-pw\nbob:other\n", &[]);
     let uri = server.address("grpc").to_string();
 
     for (user, password) in [
@@ -470,20 +468,7 @@ async fn authentication_and_shared_sessions_from_the_rust_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_expire_when_left_unused() {
     let dir = tempfile::tempdir().unwrap();
-    let users = dir.path().join("users");
-    std::fs::write(&users, "ann:secret-pw\n").unwrap();
-    let server = ServeProcess::start(
-        &dir.path().join("db"),
-        &[
-            "--flight",
-            "127.0.0.1:0",
-            "--users",
-            users.to_str().unwrap(),
-            "--flight-token-ttl",
-            "2",
-        ],
-        2,
-    );
+    let server = with_users(dir.path(), "ann:secret-pw\n", &["--flight-token-ttl", "2"]);
     let uri = server.address("grpc").to_string();
     let mut ann = session(&uri, "ann", "secret-pw").await;
     update(&mut ann, "SET fragvec.nprobes = 7").await;

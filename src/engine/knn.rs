@@ -589,7 +589,7 @@ impl KnnRun {
             let Some(columns) = reader.cached_columns(fragment, &spec.read_schema).await? else {
                 return Ok(None);
             };
-            let deleted = spec.snapshot.dir.read_deletions(fragment).await?;
+            let deleted = spec.snapshot.dir.shared_deletions(fragment).await?;
             match (&spec.predicate, table_columns_only) {
                 (Some(predicate), true) => {
                     let Ok(high) = u32::try_from(fragment.id) else {

@@ -357,7 +357,7 @@ async fn scan_fragment(
 ) -> Result<()> {
     counters.fragments.add(1);
     let dir = spec.snapshot.dir.clone();
-    let deleted = dir.read_deletions(fragment).await?;
+    let deleted = dir.shared_deletions(fragment).await?;
     counters.deleted.add(deleted.len() as usize);
     if deleted.len() == fragment.physical_rows {
         return Ok(());

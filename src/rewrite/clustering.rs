@@ -9,8 +9,6 @@
 //! live rows of every fragment with the key's columns and evaluates the key through
 //! [`RowColumns`].
 
-use std::sync::Arc;
-
 use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
 use futures::StreamExt;
 
@@ -67,7 +65,7 @@ pub async fn clustering_info(snapshot: &Snapshot, key: &dyn RowColumns) -> Resul
     let mut converter: Option<RowConverter> = None;
     let mut rows = 0;
     for f in &snapshot.manifest.fragments {
-        let deleted = Arc::new(snapshot.dir.read_deletions(f).await?);
+        let deleted = snapshot.dir.shared_deletions(f).await?;
         let mut stream = live_rows(snapshot, f, deleted, key.input_schema());
         let mut range: Option<(OwnedRow, OwnedRow)> = None;
         while let Some(batch) = stream.next().await {

@@ -7,7 +7,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt, stream};
 
@@ -169,7 +168,7 @@ async fn rewrite_bin(snapshot: &Snapshot, bin: &CompactionBin, phase: &Phase) ->
         .collect::<std::result::Result<_, _>>()?;
     let mut deletions = Vec::with_capacity(sources.len());
     for f in &sources {
-        deletions.push(Arc::new(dir.read_deletions(f).await?));
+        deletions.push(dir.shared_deletions(f).await?);
     }
     // Surviving row ids, in order, split per output below.
     let mut ids: Vec<u64> = Vec::new();

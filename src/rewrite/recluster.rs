@@ -96,7 +96,7 @@ async fn sources(
     let mut out = Vec::new();
     for f in &snapshot.manifest.fragments {
         selecting.advance(1);
-        let deleted = Arc::new(snapshot.dir.read_deletions(f).await?);
+        let deleted = snapshot.dir.shared_deletions(f).await?;
         let mut rows = live_rows(snapshot, f, deleted, filter.input_schema());
         let mut hit = false;
         while let Some(batch) = rows.next().await {
@@ -136,7 +136,7 @@ pub async fn recluster(
     }
     let mut deletions = Vec::with_capacity(sources.len());
     for f in &sources {
-        deletions.push(Arc::new(snapshot.dir.read_deletions(f).await?));
+        deletions.push(snapshot.dir.shared_deletions(f).await?);
     }
     let live: u64 = sources.iter().map(Fragment::live_rows).sum();
     // Pass one: keys of the live rows, in scan order.
