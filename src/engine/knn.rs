@@ -25,9 +25,13 @@ use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type};
-use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{Result, internal_datafusion_err, internal_err};
 use datafusion::execution::TaskContext;
+use datafusion::physical_expr::expressions::{
+    BinaryExpr, CastExpr, Column, InListExpr, IsNotNullExpr, IsNullExpr, LikeExpr, Literal,
+    NegativeExpr, NotExpr, TryCastExpr,
+};
 use datafusion::physical_expr::utils::{collect_columns, reassign_expr_columns};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
@@ -384,6 +388,8 @@ struct KnnMetrics {
     fragments_read: Count,
     /// Fragments the WHERE filter's mask skipped by their column ranges.
     fragments_pruned: Count,
+    /// Queries whose WHERE filter's rows were found kept for their table version.
+    filter_masks_reused: Count,
 }
 
 impl KnnMetrics {
@@ -402,6 +408,7 @@ impl KnnMetrics {
             exact_fallbacks: counter("exact_fallbacks"),
             fragments_read: counter("fragments_read"),
             fragments_pruned: counter("fragments_pruned"),
+            filter_masks_reused: counter("filter_masks_reused"),
         }
     }
 
@@ -441,7 +448,7 @@ struct KnnRun {
 impl KnnRun {
     async fn run(self) -> Result<RecordBatch> {
         let mask = match &self.scan.predicate {
-            Some(_) => Some(self.row_mask().await?),
+            Some(predicate) => Some(self.kept_row_mask(predicate).await?),
             None => None,
         };
         let snapshot = &self.scan.snapshot;
@@ -454,7 +461,7 @@ impl KnnRun {
             index: self.index.as_ref(),
             nprobes: self.query.nprobes,
             refine_factor: self.refine_factor,
-            mask: mask.as_ref(),
+            mask: mask.as_deref(),
             undefined_first: self.query.nulls_first,
         };
         let mut answer = match &self.share {
@@ -492,6 +499,37 @@ impl KnnRun {
         answer.stats.fragments_read += fetched.into_inner();
         self.metrics.record(&answer.stats);
         Ok(batch)
+    }
+
+    /// [`Self::row_mask`], kept in the index cache for the table version when the filter
+    /// has an identity ([`filter_identity`]): the same filter on the same version (a
+    /// prepared query run with the same category, another connection's query) passes the
+    /// same rows, so only the first query pays for a pass over the table's filter columns.
+    /// A share's mask covers only its fragments and is not kept.
+    async fn kept_row_mask(
+        &self,
+        predicate: &Arc<dyn PhysicalExpr>,
+    ) -> Result<Arc<RoaringTreemap>> {
+        let identity = self
+            .share
+            .is_none()
+            .then(|| filter_identity(predicate))
+            .flatten();
+        let Some(identity) = identity else {
+            return Ok(Arc::new(self.row_mask().await?));
+        };
+        let snapshot = &self.scan.snapshot;
+        if let Some(kept) = self
+            .cache
+            .filter_mask(&snapshot.dir, &snapshot.manifest, &identity)
+        {
+            self.metrics.filter_masks_reused.add(1);
+            return Ok(kept);
+        }
+        let mask = Arc::new(self.row_mask().await?);
+        self.cache
+            .keep_filter_mask(&snapshot.dir, &snapshot.manifest, identity, mask.clone());
+        Ok(mask)
     }
 
     /// Addresses of the rows passing the WHERE filter (deleted rows left out).
@@ -649,6 +687,39 @@ impl KnnRun {
             limit: None,
         })
     }
+}
+
+/// A text that identifies what a WHERE filter computes, for keeping the rows it passes in a
+/// table version ([`KnnRun::kept_row_mask`]); `None` for a filter that must be evaluated
+/// every time. Only filters built of columns, literals and deterministic operators have one:
+/// functions may be volatile (`random()`) or user-defined, and DataFusion's dynamic filters
+/// change under the same node. Their `Debug` text spells every column's name and position
+/// and every literal with its type, strings quoted, so two filters with one text compute
+/// the same rows of the same table version.
+fn filter_identity(predicate: &Arc<dyn PhysicalExpr>) -> Option<String> {
+    let mut plain = true;
+    predicate
+        .apply(|e| {
+            let e = e.as_ref() as &dyn std::any::Any;
+            plain = e.is::<Column>()
+                || e.is::<Literal>()
+                || e.is::<BinaryExpr>()
+                || e.is::<InListExpr>()
+                || e.is::<NotExpr>()
+                || e.is::<IsNullExpr>()
+                || e.is::<IsNotNullExpr>()
+                || e.is::<CastExpr>()
+                || e.is::<TryCastExpr>()
+                || e.is::<LikeExpr>()
+                || e.is::<NegativeExpr>();
+            Ok(if plain {
+                TreeNodeRecursion::Continue
+            } else {
+                TreeNodeRecursion::Stop
+            })
+        })
+        .ok()?;
+    plain.then(|| format!("{predicate:?}"))
 }
 
 /// Adds the `_rowaddr` column of a mask scan's batch to `allowed`.

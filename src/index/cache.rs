@@ -12,7 +12,11 @@
 //!   the sketches of its partitions as stored (`sketches`): a query then reads from the
 //!   file only the rows their codes cannot rule out;
 //! * decoded vector columns of data files (brute force and exact scoring);
-//! * whole decoded fixed-width columns of data files (fetching a KNN answer's rows).
+//! * whole decoded fixed-width columns of data files (fetching a KNN answer's rows);
+//! * the rows of one table version that pass a KNN query's WHERE filter, by the filter's
+//!   identity as the engine spells it ([`IndexCache::filter_mask`]): a filter evaluated over
+//!   every row costs a pass over the table per query, one a repeated filter (a tenant, a
+//!   category) pays once per version.
 //!
 //! Small, count-capped metadata (not budgeted: a few bytes to a few KB each): segment
 //! footers, IVF models, loaded reuse ledgers and derived segment ownerships. Every key names
@@ -26,6 +30,7 @@ use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::array::ArrayRef;
+use roaring::RoaringTreemap;
 
 use super::error::{IndexError, Result};
 use super::ivf::IvfModel;
@@ -168,6 +173,8 @@ enum Key {
     Vectors { file: String, column: String },
     /// A whole decoded column of a data file.
     Column { file: String, column: String },
+    /// The rows of version `version` ([`version_key`]) passing the filter `filter`.
+    FilterMask { version: String, filter: String },
 }
 
 #[derive(Debug, Clone)]
@@ -176,6 +183,7 @@ enum Entry {
     Sketch(Arc<Sketch>),
     Vectors(Arc<ColumnVectors>),
     Column(ArrayRef),
+    FilterMask(Arc<RoaringTreemap>),
 }
 
 impl Entry {
@@ -185,6 +193,7 @@ impl Entry {
             Entry::Sketch(s) => s.bytes(),
             Entry::Vectors(v) => v.bytes(),
             Entry::Column(a) => a.get_array_memory_size(),
+            Entry::FilterMask(m) => m.serialized_size(),
         }
     }
 }
@@ -421,6 +430,41 @@ impl IndexCache {
         let array = load().await?;
         self.admit(key, Entry::Column(array.clone()));
         Ok(array)
+    }
+
+    /// The rows of `manifest`'s version passing the filter whose identity is `filter`, if a
+    /// query kept them ([`Self::keep_filter_mask`]). `filter` must name everything the rows
+    /// depend on besides the version: two filters with one identity must pass the same rows.
+    pub fn filter_mask(
+        &self,
+        dir: &TableDir,
+        manifest: &Manifest,
+        filter: &str,
+    ) -> Option<Arc<RoaringTreemap>> {
+        let key = Key::FilterMask {
+            version: version_key(dir, manifest),
+            filter: filter.to_string(),
+        };
+        match self.get(&key) {
+            Some(Entry::FilterMask(hit)) => Some(hit),
+            _ => None,
+        }
+    }
+
+    /// Keeps the rows of `manifest`'s version passing the filter `filter` (see
+    /// [`Self::filter_mask`]), under the budget like any other entry.
+    pub fn keep_filter_mask(
+        &self,
+        dir: &TableDir,
+        manifest: &Manifest,
+        filter: String,
+        rows: Arc<RoaringTreemap>,
+    ) {
+        let key = Key::FilterMask {
+            version: version_key(dir, manifest),
+            filter,
+        };
+        self.admit(key, Entry::FilterMask(rows));
     }
 
     /// The loaded reuse ledger of a manifest (shared by every version with the same ledger).
