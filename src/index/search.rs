@@ -262,24 +262,32 @@ fn score_bounded(
     let mut ids = [0u32; BATCH_ROWS];
     let mut sums = [0f32; BATCH_ROWS];
     let mut cursor = mask.map(MaskCursor::new);
+    // Without a WHERE filter the mask (ownership, deletions) keeps nearly every row, and the
+    // bound rules most of them out once the top-k is full: bounding first leaves the mask
+    // to the few rows the bound lets through (on a live table, looking each row up in its
+    // fragment's deletion bitmap was 5–7% of a server's CPU). A filter drops most rows, so
+    // it goes first and spares their bounds. Either way a row the mask drops never enters
+    // the top-k.
+    let mask_after_bound = mask.is_some_and(|m| m.allowed.is_none());
     for start in (0..part.len()).step_by(BATCH_ROWS) {
         let end = (start + BATCH_ROWS).min(part.len());
+        // Until the top-k is full (or under a ceiling) every row enters, so a batch that
+        // starts before then is scored from its floats alone.
+        let bounded = top.is_bounded();
+        let mask_first = !(bounded && mask_after_bound);
         let mut kept = 0;
         for (i, addr) in (start..end).zip(&part.addrs[start..end]) {
-            if let Some(m) = cursor.as_mut() {
+            if mask_first && let Some(m) = cursor.as_mut() {
                 if !stats.count(m.verdict(*addr)) {
                     continue;
                 }
-            } else {
+            } else if mask_first {
                 stats.rows_scored += 1;
             }
             ids[kept] = i as u32;
             kept += 1;
         }
         let (ids, sums) = (&ids[..kept], &mut sums[..kept]);
-        // Until the top-k is full (or under a ceiling) every row enters, so a batch that
-        // starts before then is scored from its floats alone.
-        let bounded = top.is_bounded();
         if bounded {
             bounds.code_sums(ids, sums);
         }
@@ -287,6 +295,12 @@ fn score_bounded(
             let i = i as usize;
             if bounded && bounds.cannot_enter(i, sum, top.bound()) {
                 stats.skipped_by_bound += 1;
+                continue;
+            }
+            if !mask_first
+                && let Some(m) = cursor.as_mut()
+                && !stats.count(m.verdict(part.addrs[i]))
+            {
                 continue;
             }
             let v = &part.vectors[i * dim..(i + 1) * dim];
@@ -375,7 +389,7 @@ pub fn score_pq(
 #[cfg(test)]
 mod tests {
 
-    use roaring::RoaringBitmap;
+    use roaring::{RoaringBitmap, RoaringTreemap};
 
     use super::*;
     use crate::ledger::ids::row_address;
@@ -476,6 +490,84 @@ mod tests {
             assert_eq!(top.into_sorted(), whole.into_sorted(), "{metric:?}");
             if metric != Metric::Cosine {
                 assert!(skipped > 0, "{metric:?}");
+            }
+        }
+    }
+
+    /// Quantized partitions (rows ruled out by their bounds) under masks of ownership and
+    /// deletions alone (checked after the bound) and with a filter (checked before it):
+    /// the top-k of the rows the mask keeps, as a naive sort of them gives it.
+    #[test]
+    fn bounded_scoring_keeps_exactly_the_masked_rows_top_k() {
+        use rand::{Rng, SeedableRng};
+        let dim = 16; // quantized::MIN_DIM
+        for seed in 0..12 {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let parts: Vec<Partition> = (0..4)
+                .map(|_| {
+                    let rows = rng.random_range(1..400);
+                    let centre = rng.random_range(-4.0..4.0);
+                    // Rows of fragments 0..5, in address order as a segment stores them.
+                    let mut addrs: Vec<u64> = (0..rows)
+                        .map(|_| row_address(rng.random_range(0..5), rng.random_range(0..500)))
+                        .collect();
+                    addrs.sort_unstable();
+                    addrs.dedup();
+                    let vectors = (0..addrs.len() * dim)
+                        .map(|_| centre + rng.random_range(0..16) as f32 / 8.0)
+                        .collect();
+                    let part = Partition {
+                        addrs,
+                        vectors,
+                        ..Default::default()
+                    };
+                    part.quantize();
+                    part
+                })
+                .collect();
+            let deletions: crate::index::row_mask::Deletions = (0..5u64)
+                .map(|f| {
+                    let rows = (0..500u32).filter(|_| rng.random_bool(0.3));
+                    (f, Arc::new(rows.collect::<RoaringBitmap>()))
+                })
+                .collect();
+            let allowed: RoaringTreemap = parts
+                .iter()
+                .flat_map(|p| p.addrs.iter().copied())
+                .filter(|_| rng.random_bool(0.5))
+                .collect();
+            let q: Vec<f32> = (0..dim).map(|_| rng.random_range(-4.0..4.0)).collect();
+            for filter in [None, Some(&allowed)] {
+                let mask = RowMask {
+                    owned: vec![0, 1, 3, 4],
+                    deletions: Some(&deletions),
+                    allowed: filter,
+                };
+                for metric in [Metric::L2, Metric::Dot] {
+                    let mut top = TopK::new(6);
+                    let mut stats = SearchStats::default();
+                    for part in &parts {
+                        score_flat(part, dim, &q, metric, Some(&mask), &mut top, &mut stats);
+                    }
+                    let mut want: Vec<Candidate> = parts
+                        .iter()
+                        .flat_map(|p| p.addrs.iter().zip(p.vectors.chunks_exact(dim)))
+                        .filter(|(a, _)| mask.verdict(**a) == Verdict::Keep)
+                        .map(|(a, v)| Candidate {
+                            key: metric_key(metric, &q, v).unwrap(),
+                            addr: *a,
+                        })
+                        .collect();
+                    want.sort_by(|x, y| x.key.total_cmp(&y.key).then(x.addr.cmp(&y.addr)));
+                    want.truncate(6);
+                    let got = top.into_sorted();
+                    let keys = |c: &[Candidate]| c.iter().map(|c| c.addr).collect::<Vec<_>>();
+                    assert_eq!(keys(&got), keys(&want), "seed {seed}, {metric:?}");
+                    assert!(
+                        stats.skipped_by_bound > 0,
+                        "seed {seed}: no row was bounded"
+                    );
+                }
             }
         }
     }
