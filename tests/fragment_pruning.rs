@@ -11,6 +11,10 @@ use datafusion::arrow::datatypes::Int64Type;
 use fragvec::engine::FragvecSession;
 use proptest::prelude::*;
 
+#[path = "support/knn_metrics.rs"]
+mod knn_metrics;
+use knn_metrics::knn_metric;
+
 /// A table `t` of `fragments` (one INSERT each) and the same rows in memory as `r`.
 async fn tables(fragments: &[Vec<Row>]) -> FragvecSession {
     static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -326,25 +330,6 @@ async fn row_groups_a_filter_cannot_match_are_not_read() {
 }
 
 /// The `fragments_pruned` of the KNN operator in `EXPLAIN ANALYZE sql`.
-async fn knn_pruned(s: &FragvecSession, sql: &str) -> usize {
-    let r = s.sql_one(&format!("EXPLAIN ANALYZE {sql}")).await.unwrap();
-    let plan = datafusion::arrow::util::pretty::pretty_format_batches(&r.batches)
-        .unwrap()
-        .to_string();
-    let line = plan
-        .lines()
-        .find(|l| l.contains("KnnExec"))
-        .unwrap_or_else(|| panic!("no KnnExec in\n{plan}"));
-    let at = line
-        .find("fragments_pruned=")
-        .unwrap_or_else(|| panic!("no fragments_pruned in {line}"));
-    line[at + "fragments_pruned=".len()..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .unwrap()
-}
 
 #[tokio::test]
 async fn knn_filters_skip_the_fragments_they_cannot_match() {
@@ -380,7 +365,7 @@ async fn knn_filters_skip_the_fragments_they_cannot_match() {
             // first run on a version: later ones reuse the filter's rows and prune nothing.)
             let shown = match indexed {
                 false => scan_counts(&s, &sql).await.0,
-                true => knn_pruned(&s, &sql).await,
+                true => knn_metric(&s, &sql, "fragments_pruned").await,
             };
             assert_eq!(shown, *pruned, "{sql} (indexed: {indexed})");
             let got: Vec<i64> = s.sql_one(&sql).await.unwrap().batches[0]

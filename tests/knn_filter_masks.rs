@@ -12,6 +12,10 @@ use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::Int64Type;
 use fragvec::engine::FragvecSession;
 
+#[path = "support/knn_metrics.rs"]
+mod knn_metrics;
+use knn_metrics::knn_metric;
+
 /// The model: id → (c, name); every row's vector is `[id, 0]`.
 type Model = BTreeMap<i64, (i64, String)>;
 
@@ -76,23 +80,7 @@ fn nearest(model: &Model, q: f64, keep: Keep) -> Vec<i64> {
 /// The answer of the KNN query with `filter`, and its `filter_masks_reused`.
 async fn knn(s: &FragvecSession, filter: &str, q: f64) -> (Vec<i64>, usize) {
     let sql = format!("SELECT id FROM t WHERE {filter} ORDER BY emb <-> [{q}, 0] LIMIT 4");
-    let r = s.sql_one(&format!("EXPLAIN ANALYZE {sql}")).await.unwrap();
-    let plan = datafusion::arrow::util::pretty::pretty_format_batches(&r.batches)
-        .unwrap()
-        .to_string();
-    let line = plan
-        .lines()
-        .find(|l| l.contains("KnnExec"))
-        .unwrap_or_else(|| panic!("{sql}: no KnnExec in\n{plan}"));
-    let at = line
-        .find("filter_masks_reused=")
-        .unwrap_or_else(|| panic!("no filter_masks_reused in {line}"));
-    let reused = line[at + "filter_masks_reused=".len()..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .unwrap();
+    let reused = knn_metric(s, &sql, "filter_masks_reused").await;
     let ids = s.sql_one(&sql).await.unwrap().batches[0]
         .column(0)
         .as_primitive::<Int64Type>()

@@ -277,12 +277,17 @@ fn score_bounded(
         let mask_first = !(bounded && mask_after_bound);
         let mut kept = 0;
         for (i, addr) in (start..end).zip(&part.addrs[start..end]) {
-            if mask_first && let Some(m) = cursor.as_mut() {
-                if !stats.count(m.verdict(*addr)) {
+            if mask_first {
+                let kept = match cursor.as_mut() {
+                    Some(m) => stats.count(m.verdict(*addr)),
+                    None => {
+                        stats.rows_scored += 1;
+                        true
+                    }
+                };
+                if !kept {
                     continue;
                 }
-            } else if mask_first {
-                stats.rows_scored += 1;
             }
             ids[kept] = i as u32;
             kept += 1;
