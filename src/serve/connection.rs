@@ -15,8 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::Schema;
-use datafusion::sql::parser::Statement as DFStatement;
-use datafusion::sql::sqlparser::ast::{Expr, Value, Visit, Visitor};
+
 use futures::{Sink, SinkExt};
 use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
@@ -40,6 +39,7 @@ use tokio::sync::OnceCell;
 
 use super::bound_insert;
 use super::copy_in::CopyIn;
+use super::describe::{self, ParameterType};
 use super::params;
 use super::pg_catalog;
 use super::portal::{Prepared, bound_shape, bound_sql, bound_values, portal_key};
@@ -50,7 +50,6 @@ use super::sqlstate::{code, user_error};
 use super::transaction::Block;
 use super::types::{self, type_of_oid};
 use crate::FragvecSession;
-use crate::sql::FragvecStatement;
 
 /// What the server shares with every connection.
 pub struct Shared {
@@ -577,6 +576,7 @@ where
     Ok(())
 }
 
+
 /// The parameter types (where the statement tells them) and the result schema (for a query
 /// that plans with its parameters open) of a statement before any values are bound.
 async fn describe_unbound(
@@ -589,129 +589,17 @@ async fn describe_unbound(
     {
         return Ok((vec![], Some(super::settings::show_schema(&name))));
     }
-    let mut statements = match session.parse(sql) {
-        Ok(s) => s,
-        Err(e) => return Err(df_error(&e)),
-    };
-    if statements.len() != 1 {
-        return Ok((vec![], None));
-    }
-    let mut statement = statements.remove(0);
-    let vector_params = vector_parameters(&statement);
-    let mut types: Vec<Option<Type>> = vec![None; params::parameter_count(sql)];
-    for n in &vector_params {
-        if let Some(t) = types.get_mut(n - 1) {
-            *t = Some(types::vector_type());
-        }
-    }
-    if pg_catalog::prepare(session, sql, &mut statement)
+    let unbound = describe::describe_unbound(session, sql, describe::Endpoint::Postgres)
         .await
-        .is_err()
-    {
-        return Ok((types, None));
-    }
-    // fragvec's own statements (COMPACT, VACUUM, MAINTAIN, ...) say what they answer.
-    if let Some(schema) = crate::engine::statements::result_schema(&statement) {
-        return Ok((types, Some(schema)));
-    }
-    let FragvecStatement::DataFusion(s) = statement else {
-        return Ok((types, None));
-    };
-    use datafusion::sql::sqlparser::ast::Statement;
-    // Queries, EXPLAIN and SHOW (their rows) and INSERT / UPDATE / DELETE (the types of the
-    // values they take) plan without running; other statements are not planned here.
-    let is_explain = matches!(s.as_ref(), DFStatement::Explain(_));
-    let is_query = is_explain
-        || matches!(s.as_ref(), DFStatement::Statement(q) if matches!(q.as_ref(),
-            Statement::Query(_)
-                | Statement::ShowVariable { .. }
-                | Statement::ShowTables { .. }
-                | Statement::ShowColumns { .. }));
-    let is_insert = matches!(s.as_ref(), DFStatement::Statement(q)
-        if matches!(q.as_ref(), Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)));
-    if !is_query && !is_insert {
-        return Ok((types, None));
-    }
-    let state = session.context().state();
-    let plan = match state.statement_to_plan(*s).await {
-        Ok(plan) => plan,
-        // What PostgreSQL reports at Parse: a missing table, column or function. Anything
-        // else (a parameter whose type planning cannot settle) waits for the values.
-        Err(e)
-            if matches!(
-                super::sqlstate::of(&e),
-                code::UNDEFINED_TABLE
-                    | code::UNDEFINED_COLUMN
-                    | code::UNDEFINED_FUNCTION
-                    | code::SYNTAX_ERROR
-            ) =>
-        {
-            return Err(df_error(&e));
-        }
-        // An EXPLAIN answers DataFusion's two columns whatever it explains (fragvec's own
-        // EXPLAIN of UPDATE / DELETE too), so a plan that waits for its values still has them.
-        Err(_) if is_explain => {
-            let schema = datafusion::logical_expr::LogicalPlan::explain_schema();
-            return Ok((types, Some(schema)));
-        }
-        Err(_) => return Ok((types, None)),
-    };
-    if let Ok(found) = plan.get_parameter_types() {
-        for (name, dt) in found {
-            let Some(n) = name.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) else {
-                continue;
-            };
-            if let (Some(slot), Some(dt)) = (types.get_mut(n.wrapping_sub(1)), dt)
-                && slot.is_none()
-            {
-                *slot = Some(types::pg_type(&dt));
-            }
-        }
-    }
-    if !is_query {
-        return Ok((types, None));
-    }
-    let schema = Arc::new(plan.schema().as_arrow().clone());
-    Ok((types, Some(schema)))
-}
-
-/// The numbers of the placeholders a statement passes to a distance function (vectors).
-fn vector_parameters(statement: &FragvecStatement) -> Vec<usize> {
-    struct Find(Vec<usize>);
-    impl Visitor for Find {
-        type Break = ();
-        fn pre_visit_expr(&mut self, expr: &Expr) -> std::ops::ControlFlow<()> {
-            if let Expr::Function(f) = expr
-                && crate::sql::vector_syntax::is_distance_function(&f.name.to_string())
-                && let datafusion::sql::sqlparser::ast::FunctionArguments::List(list) = &f.args
-            {
-                for arg in &list.args {
-                    let e = match arg {
-                        datafusion::sql::sqlparser::ast::FunctionArg::Unnamed(
-                            datafusion::sql::sqlparser::ast::FunctionArgExpr::Expr(e),
-                        ) => e,
-                        _ => continue,
-                    };
-                    let e = match e {
-                        Expr::Cast { expr, .. } => expr.as_ref(),
-                        e => e,
-                    };
-                    if let Expr::Value(v) = e
-                        && let Value::Placeholder(p) = &v.value
-                        && let Some(n) = p.strip_prefix('$').and_then(|n| n.parse().ok())
-                    {
-                        self.0.push(n);
-                    }
-                }
-            }
-            std::ops::ControlFlow::Continue(())
-        }
-    }
-    let mut find = Find(vec![]);
-    if let FragvecStatement::DataFusion(s) = statement
-        && let DFStatement::Statement(inner) = s.as_ref()
-    {
-        let _ = inner.visit(&mut find);
-    }
-    find.0
+        .map_err(|e| df_error(&e))?;
+    let types = unbound
+        .parameters
+        .iter()
+        .map(|p| match p {
+            ParameterType::Unknown => None,
+            ParameterType::Vector => Some(types::vector_type()),
+            ParameterType::Arrow(dt) => Some(types::pg_type(dt)),
+        })
+        .collect();
+    Ok((types, unbound.schema))
 }

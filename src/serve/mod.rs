@@ -24,6 +24,7 @@ pub mod copy_format;
 pub mod copy_in;
 pub mod copy_out;
 pub mod copy_statement;
+pub mod describe;
 pub mod files;
 #[cfg(feature = "flight")]
 pub mod flight;

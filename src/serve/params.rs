@@ -176,6 +176,22 @@ pub fn parameter_count(sql: &str) -> usize {
     placeholders(sql).iter().map(|(_, n)| *n).max().unwrap_or(0)
 }
 
+/// `sql` with each `?` written as the `$n` it stands for (see [`placeholders_with_qmarks`]):
+/// the form DataFusion plans, to describe a statement an ADBC client prepared.
+pub fn numbered_placeholders(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut last = 0;
+    for (range, n) in placeholders_with_qmarks(sql) {
+        if &sql[range.clone()] == "?" {
+            out.push_str(&sql[last..range.start]);
+            out.push_str(&format!("${n}"));
+            last = range.end;
+        }
+    }
+    out.push_str(&sql[last..]);
+    out
+}
+
 /// `sql` with each `$n` replaced by `literals[n - 1]`.
 pub fn substitute(sql: &str, literals: &[String]) -> Result<String, ParamError> {
     substitute_at(sql, placeholders(sql), literals)
@@ -466,6 +482,15 @@ fn hex(b: &[u8]) -> String {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn qmarks_are_numbered_outside_strings_and_comments() {
+        assert_eq!(
+            numbered_placeholders("SELECT ?, '?', \"?\" -- ?\n FROM t WHERE a = ? AND b = $7"),
+            "SELECT $1, '?', \"?\" -- ?\n FROM t WHERE a = $2 AND b = $7"
+        );
+        assert_eq!(numbered_placeholders("SELECT 1"), "SELECT 1");
+    }
 
     #[test]
     fn finds_placeholders_outside_literals_and_comments() {

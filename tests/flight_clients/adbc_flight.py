@@ -211,6 +211,27 @@ def knn_items(conn):
     return "top 3 %s" % got
 
 
+def prepared_schemas(conn):
+    sql = "SELECT id, emb FROM %s WHERE id > ? AND cat >= ? ORDER BY emb <-> ? LIMIT 3" % ITEMS
+    with conn.cursor() as cur:
+        params = cur.adbc_prepare(sql)
+        expect(params is not None and params.names == ["$1", "$2", "$3"], "parameter schema %s", params)
+        expect(params.field(0).type == pa.int64(), "$1 (compared with id BIGINT) is %s", params.field(0).type)
+        expect(pa.types.is_list(params.field(2).type) and params.field(2).type.value_type == pa.float32(),
+               "$3 (a query vector) is %s", params.field(2).type)
+        # Bound as a Python list (list<double>): it still binds.
+        cur.execute(sql, (0, 0, KNN_Q))
+        table = cur.fetch_arrow_table()
+        expect(is_vector_type(table.schema.field("emb").type), "emb came back as %s", table.schema.field("emb").type)
+        # A query vector of the wrong dimension is the execute's error, as in PostgreSQL,
+        # not the fetch's.
+        wrong = expect_error("a query vector of the wrong dimension", cur.execute,
+                             "SELECT id FROM %s ORDER BY emb <-> ? LIMIT 3" % ITEMS, ([1.0, 2.0],))
+        expect("dimensions" in str(wrong), "the message does not say dimensions: %s", describe(wrong))
+    return "parameters %s; wrong dimension: %s" % (
+        ", ".join("%s %s" % (f.name, f.type) for f in params), describe(wrong))
+
+
 # ---- t_bulk: ingest, index, exact KNN, EXPLAIN -------------------------------------------------
 
 def ingest(conn, table, mode):
@@ -425,6 +446,7 @@ def main():
     check("executemany INSERT", insert_executemany, conn)
     check("fetch_arrow_table: emb is fixed_size_list<float>[8], exact values", read_items_as_arrow, conn)
     check("KNN with the query vector a parameter", knn_items, conn)
+    check("a prepared statement's parameter schema; a wrong-dimension vector fails at execute", prepared_schemas, conn)
     check("adbc_ingest create + append, count(*)", bulk_ingest, conn)
     check("CREATE VECTOR INDEX ... USING IVF_FLAT", create_index, conn)
     check("KNN through the index, every partition probed, equals brute force", knn_bulk_exact, conn)

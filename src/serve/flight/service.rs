@@ -4,8 +4,10 @@
 //! splices them ([`super::bind`]), errors keep their SQLSTATE's class ([`super::status`]).
 //!
 //! A statement runs at GetFlightInfo — to the end for anything that writes, up to its
-//! first batch's plan for a query — and its output waits under a random handle (the
-//! ticket) for the DoGet, which streams a query's batches as they are produced.
+//! first batch for a query (if that comes soon), so that an error at a query's start (a
+//! query vector of the wrong dimension) answers the execute, as PostgreSQL's Execute does — and its output
+//! waits under a random handle (the ticket) for the DoGet, which streams the query's other
+//! batches as they are produced.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -29,7 +31,8 @@ use arrow_flight::{
     FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, Ticket,
 };
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use futures::{Stream, StreamExt, TryStreamExt, stream};
 use prost::Message;
 use tonic::metadata::MetadataValue;
@@ -39,6 +42,7 @@ use super::sessions::{FlightSession, Pending, Sessions};
 use super::{bind, catalog, ingest, status};
 use crate::engine::{StatementResult, Streamed};
 use crate::serve::files::AllowedFiles;
+use crate::serve::{describe, params};
 use crate::serve::sqlstate::code;
 
 type DoGetStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send>>;
@@ -83,6 +87,7 @@ impl FlightSql {
                 s.execute_streaming(last).await.map_err(df)
             }
         };
+        let work = async { started(work.await?).await };
         if self.statement_timeout.is_zero() {
             return work.await;
         }
@@ -170,6 +175,33 @@ impl FlightSql {
             .map(Some)
             .map_err(status::invalid_input)
     }
+}
+
+/// How long a query's GetFlightInfo waits for its first batch. Long enough for what fails
+/// at a query's start (a query vector of the wrong dimension, a bad cast of the first rows),
+/// short enough that a long query — an aggregate whose one batch comes at its end — answers
+/// its FlightInfo at once and can be cancelled through it (CancelFlightInfo needs the info).
+const FIRST_BATCH_WAIT: Duration = Duration::from_millis(100);
+
+/// `output`, with a query's first batch produced (and kept in front of the others) if it
+/// comes within [`FIRST_BATCH_WAIT`]: an error the query meets at its start is then the
+/// answer of the call that ran it, as PostgreSQL's Execute answers it.
+async fn started(output: Streamed) -> Result<Streamed, Status> {
+    let Streamed::Rows(mut rows) = output else {
+        return Ok(output);
+    };
+    // `next()` is cancel-safe: a wait that times out leaves the stream where it was, and
+    // the DoGet polls it on.
+    let first = match tokio::time::timeout(FIRST_BATCH_WAIT, rows.next()).await {
+        Err(_) => return Ok(Streamed::Rows(rows)),
+        Ok(Some(Err(e))) => return Err(status::of(&e)),
+        Ok(first) => first,
+    };
+    let schema = rows.schema();
+    Ok(Streamed::Rows(Box::pin(RecordBatchStreamAdapter::new(
+        schema,
+        stream::iter(first).chain(rows),
+    ))))
 }
 
 fn timed_out() -> Status {
@@ -403,27 +435,30 @@ impl FlightSqlService for FlightSql {
             return Err(no_transactions());
         }
         let session = self.session(&request).await?;
-        // Checked now, as a server that plans at prepare would: a statement that does not
-        // parse fails here, not at its first execution.
-        let statements = session
-            .session
-            .parse(&query.query)
-            .map_err(|e| status::of(&e))?;
-        let dataset_schema = match query_schema(&session.session, statements).await {
-            Some(schema) => {
-                let message = arrow_flight::IpcMessage::try_from(arrow_flight::SchemaAsIpc::new(
-                    &catalog::mark_vectors(&schema),
-                    &datafusion::arrow::ipc::writer::IpcWriteOptions::default(),
-                ));
-                message.map(|m| m.0).unwrap_or_default()
-            }
+        // Described now, as a server that plans at prepare would: a statement that does not
+        // parse, or names a missing table or column, fails here rather than at its first
+        // execution; a query tells its result schema, and each parameter its type where the
+        // statement settles it (`Null` where the value will).
+        let unbound = describe::describe_unbound(
+            &session.session,
+            &params::numbered_placeholders(&query.query),
+            describe::Endpoint::FlightSql,
+        )
+        .await
+        .map_err(|e| status::of(&e))?;
+        let dataset_schema = match &unbound.schema {
+            Some(schema) => ipc_schema(&catalog::mark_vectors(schema))?,
+            None => Default::default(),
+        };
+        let parameter_schema = match parameter_schema(&unbound.parameters) {
+            Some(schema) => ipc_schema(&schema)?,
             None => Default::default(),
         };
         let handle = self.sessions.prepare(&session, query.query);
         Ok(ActionCreatePreparedStatementResult {
             prepared_statement_handle: handle.into(),
             dataset_schema,
-            parameter_schema: Default::default(),
+            parameter_schema,
         })
     }
 
@@ -642,26 +677,34 @@ impl FlightSqlService for FlightSql {
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
 }
 
-/// The result schema of a statement that is one plain query, planned with its parameters
-/// open (what a prepared statement tells a client before it runs); `None` when it is not
-/// one or does not plan without its values.
-async fn query_schema(
-    session: &crate::FragvecSession,
-    mut statements: Vec<crate::sql::FragvecStatement>,
-) -> Option<Schema> {
-    if statements.len() != 1 || !crate::engine::statements::stream::is_plain_query(&statements[0]) {
+/// The schema a prepared statement's parameters are bound in: `$1`, `$2`, ... of the types
+/// the statement settles (a query vector: `list<float>`, though any list of numbers binds);
+/// `None` for a statement without parameters.
+fn parameter_schema(parameters: &[describe::ParameterType]) -> Option<Schema> {
+    if parameters.is_empty() {
         return None;
     }
-    let crate::sql::FragvecStatement::DataFusion(statement) = statements.remove(0) else {
-        return None;
-    };
-    let plan = session
-        .context()
-        .state()
-        .statement_to_plan(*statement)
-        .await
-        .ok()?;
-    Some(plan.schema().as_arrow().clone())
+    let fields = parameters.iter().enumerate().map(|(i, p)| {
+        let dt = match p {
+            describe::ParameterType::Unknown => DataType::Null,
+            describe::ParameterType::Vector => {
+                DataType::List(Arc::new(Field::new_list_field(DataType::Float32, false)))
+            }
+            describe::ParameterType::Arrow(dt) => dt.clone(),
+        };
+        Field::new(format!("${}", i + 1), dt, true)
+    });
+    Some(Schema::new(fields.collect::<Vec<_>>()))
+}
+
+/// `schema` as the IPC message a Flight SQL answer carries.
+fn ipc_schema(schema: &Schema) -> Result<prost::bytes::Bytes, Status> {
+    let message = arrow_flight::IpcMessage::try_from(arrow_flight::SchemaAsIpc::new(
+        schema,
+        &datafusion::arrow::ipc::writer::IpcWriteOptions::default(),
+    ))
+    .map_err(status::invalid_input)?;
+    Ok(message.0)
 }
 
 fn no_transactions() -> Status {
