@@ -74,11 +74,8 @@ impl RowChanges {
         let mut seen = roaring::RoaringTreemap::new();
         for &a in self.deleted.iter().chain(&self.updated_addrs) {
             if !seen.insert(a) {
-                let (frag, offset) = split_row_address(a);
-                return Err(FormatError::invalid(format!(
-                    "a target row (fragment {frag}, offset {offset}) matches more than one source \
-                     row; MERGE may change each target row at most once"
-                )));
+                let (fragment, offset) = split_row_address(a);
+                return Err(FormatError::RowChangedTwice { fragment, offset });
             }
         }
         Ok(())

@@ -34,6 +34,18 @@ pub enum FormatError {
     /// says what.
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// A statement would change one target row twice: MERGE with two source rows matching
+    /// it (SQL's cardinality rule; PostgreSQL refuses it the same way).
+    #[error(
+        "a target row (fragment {fragment}, offset {offset}) matches more than one source row; \
+         MERGE may change each target row at most once"
+    )]
+    RowChangedTwice {
+        /// The fragment holding the row.
+        fragment: u64,
+        /// The row's offset in its fragment.
+        offset: u64,
+    },
     /// Another writer committed something this transaction cannot be rebased over
     /// (`version`: the latest version the commit saw). The statement may re-read the table
     /// and try again. `reason` says which rule of [`crate::format::commit::conflict`] failed.

@@ -576,7 +576,6 @@ where
     Ok(())
 }
 
-
 /// The parameter types (where the statement tells them) and the result schema (for a query
 /// that plans with its parameters open) of a statement before any values are bound.
 async fn describe_unbound(

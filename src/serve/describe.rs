@@ -125,7 +125,8 @@ pub async fn describe_unbound(
             let Some(n) = name.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) else {
                 continue;
             };
-            if let (Some(slot), Some(dt)) = (n.checked_sub(1).and_then(|i| parameters.get_mut(i)), dt)
+            if let (Some(slot), Some(dt)) =
+                (n.checked_sub(1).and_then(|i| parameters.get_mut(i)), dt)
                 && *slot == ParameterType::Unknown
             {
                 *slot = ParameterType::Arrow(dt);

@@ -46,6 +46,12 @@ pub mod code {
     pub const INVALID_PARAMETER_VALUE: &str = "22023";
     /// A division by zero.
     pub const DIVISION_BY_ZERO: &str = "22012";
+    /// A statement that would change one row twice (MERGE with two matching source rows).
+    pub const CARDINALITY_VIOLATION: &str = "21000";
+    /// A schema that does not exist.
+    pub const INVALID_SCHEMA_NAME: &str = "3F000";
+    /// A prepared statement (SQL `EXECUTE` / `DEALLOCATE`) that does not exist.
+    pub const INVALID_SQL_STATEMENT_NAME: &str = "26000";
     /// A statement over its memory budget.
     pub const OUT_OF_MEMORY: &str = "53200";
     /// A table file that fails its checksum or does not decode.
@@ -129,12 +135,33 @@ pub fn of(e: &DataFusionError) -> &'static str {
             } else if m.contains("already exists") {
                 code::DUPLICATE_TABLE
             } else {
-                code::DATA_EXCEPTION
+                missing_object_state(m).unwrap_or(code::DATA_EXCEPTION)
             }
         }
         DataFusionError::Internal(_) => code::INTERNAL_ERROR,
         _ => code::INTERNAL_ERROR,
     }
+}
+
+/// The SQLSTATE of DataFusion's execution error about a missing object (`DROP VIEW` /
+/// `DROP TABLE` / `DROP SCHEMA` of a name that is not there, `EXECUTE` of a statement never
+/// prepared), from DataFusion 55's wording.
+fn missing_object_state(m: &str) -> Option<&'static str> {
+    let missing = m.contains("doesn't exist") || m.contains("does not exist");
+    if !missing {
+        return None;
+    }
+    Some(if m.starts_with("Table '") || m.starts_with("View '") {
+        code::UNDEFINED_TABLE
+    } else if m.starts_with("Schema '") {
+        code::INVALID_SCHEMA_NAME
+    } else if m.starts_with("Prepared statement '") {
+        code::INVALID_SQL_STATEMENT_NAME
+    } else if m.starts_with("Function ") {
+        code::UNDEFINED_FUNCTION
+    } else {
+        return None;
+    })
 }
 
 /// The SQLSTATE of a planning error, from DataFusion's wording.
@@ -191,6 +218,7 @@ fn format_state(f: &FormatError) -> &'static str {
         // The write's own check (`format::conform`), worded there.
         FormatError::InvalidInput(m) if m.contains("is NOT NULL but") => code::NOT_NULL_VIOLATION,
         FormatError::InvalidInput(_) => code::INVALID_PARAMETER_VALUE,
+        FormatError::RowChangedTwice { .. } => code::CARDINALITY_VIOLATION,
         FormatError::Conflict { .. } => code::SERIALIZATION_FAILURE,
         FormatError::Corrupt { .. } => code::DATA_CORRUPTED,
         FormatError::UnknownFeature { .. } => code::FEATURE_NOT_SUPPORTED,
@@ -238,6 +266,21 @@ mod tests {
             code::UNDEFINED_TABLE
         );
         assert_eq!(state_of(&s, "SELECT 1 / 0").await, code::DIVISION_BY_ZERO);
+        assert_eq!(state_of(&s, "DROP VIEW nope").await, code::UNDEFINED_TABLE);
+        assert_eq!(
+            state_of(&s, "EXECUTE never_prepared").await,
+            code::INVALID_SQL_STATEMENT_NAME
+        );
+        s.sql("INSERT INTO t VALUES (1, [0, 0])").await.unwrap();
+        assert_eq!(
+            state_of(
+                &s,
+                "MERGE INTO t USING (VALUES (1), (1)) AS src(id) ON t.id = src.id \
+                 WHEN MATCHED THEN DELETE"
+            )
+            .await,
+            code::CARDINALITY_VIOLATION
+        );
         s.sql("CREATE TABLE k (id BIGINT NOT NULL)").await.unwrap();
         assert_eq!(
             state_of(&s, "INSERT INTO k VALUES (NULL)").await,

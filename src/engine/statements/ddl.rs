@@ -119,30 +119,37 @@ pub async fn create_table(
         }
         Err(e) => return Err(e.into()),
     };
+    let mut loaded_rows = None;
     if !matches!(cmd.input.as_ref(), LogicalPlan::EmptyRelation(_)) {
         // CREATE TABLE ... AS SELECT: load the query's rows as the first append, in order.
         // If that fails the table goes again: it exists only when fully written.
         let state = session.order_preserving_state();
         let df = DataFrame::new(state, cmd.input.as_ref().clone());
         let loaded = match df.execute_stream_partitioned().await {
-            Ok(streams) => append_streams(&snapshot, streams, &session.progress())
-                .await
-                .map(|_| ()),
+            Ok(streams) => append_streams(&snapshot, streams, &session.progress()).await,
             Err(e) => Err(e),
         };
-        if let Err(e) = loaded {
-            if let Err(cleanup) = session.database().drop_table(&name).await {
-                return Err(DataFusionError::Context(
-                    format!("the table '{name}' it created could not be removed: {cleanup}"),
-                    Box::new(e),
-                ));
+        match loaded {
+            Ok(rows) => loaded_rows = Some(rows),
+            Err(e) => {
+                if let Err(cleanup) = session.database().drop_table(&name).await {
+                    return Err(DataFusionError::Context(
+                        format!("the table '{name}' it created could not be removed: {cleanup}"),
+                        Box::new(e),
+                    ));
+                }
+                session.schema.refresh().await?;
+                return Err(e);
             }
-            session.schema.refresh().await?;
-            return Err(e);
         }
     }
     session.schema.refresh().await?;
-    Ok(StatementResult::empty())
+    // No rows, as DataFusion's CREATE TABLE AS; the count of rows written rides along for
+    // the Postgres endpoint's `SELECT n` tag and Flight SQL's row count.
+    Ok(StatementResult {
+        rows_affected: loaded_rows,
+        ..StatementResult::empty()
+    })
 }
 
 /// `DEFAULT` expressions of the columns, as SQL text by (normalized) column name.

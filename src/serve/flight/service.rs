@@ -42,8 +42,8 @@ use super::sessions::{FlightSession, Pending, Sessions};
 use super::{bind, catalog, ingest, status};
 use crate::engine::{StatementResult, Streamed};
 use crate::serve::files::AllowedFiles;
-use crate::serve::{describe, params};
 use crate::serve::sqlstate::code;
+use crate::serve::{describe, params};
 
 type DoGetStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send>>;
 
