@@ -92,6 +92,13 @@ struct Args {
     /// and optimize, physical plan, execute), p50 over the queries, to stderr.
     #[arg(long)]
     plan_phases: bool,
+    /// Also measure what a commit costs the queries after it: this many rounds of a commit
+    /// by another session sharing the database (a one-row DELETE, then in a second run a
+    /// 100-row INSERT), followed by two queries; p50 / p99 of the first query after the
+    /// commit (a new version) and of the second (the same version), at
+    /// `--concurrency-nprobes`. Run last: the commits change the table.
+    #[arg(long, default_value_t = 0)]
+    after_commits: usize,
 }
 
 /// A little-endian `.npy` array (version 1–3, C order): its shape and raw element bytes.
@@ -534,6 +541,17 @@ async fn main() -> Result<()> {
             plan_phases(&session, &work, text).await?;
         }
     }
+    for insert in [false, true].into_iter().filter(|_| args.after_commits > 0) {
+        after_commits(
+            &session,
+            &work,
+            args.after_commits,
+            args.concurrency_nprobes,
+            insert,
+            &report,
+        )
+        .await?;
+    }
     if args.exact_queries > 0 {
         session.sql("SET fragvec.exact = true").await?;
         let m = run_queries(
@@ -674,6 +692,65 @@ async fn plan_phases(session: &FragvecSession, work: &Workload, text: bool) -> R
             if text { ", text" } else { "" },
             percentile(&lat, 0.5).as_secs_f64() * 1e3
         );
+    }
+    Ok(())
+}
+
+/// See `Args::after_commits`: the latency of the first query on each new version against
+/// the second query on it, the commits made by another session (as `fragvec serve`'s writer
+/// connection makes them, over the same database and index cache).
+async fn after_commits(
+    session: &FragvecSession,
+    work: &Workload,
+    rounds: usize,
+    nprobes: usize,
+    insert: bool,
+    report: &Report,
+) -> Result<()> {
+    // Ids far above the table's, so the rows an INSERT copies are never copied again.
+    const COPIED_IDS: i64 = 1 << 40;
+    let writer = session.new_sharing().await?;
+    session
+        .sql(&format!("SET fragvec.nprobes = {nprobes}"))
+        .await?;
+    let sql: Vec<String> = work.queries.iter().map(|q| knn_sql(q, "", false)).collect();
+    for s in &sql {
+        session.sql_one(s).await?; // warm-up
+    }
+    let rows = work.rows.max(1) as i64;
+    let (mut first, mut second) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+    for round in 0..rounds {
+        let change = if insert {
+            let from = (round as i64 * 100) % rows;
+            format!(
+                "INSERT INTO items SELECT id + {COPIED_IDS}, category, emb FROM items \
+                 WHERE id >= {from} AND id < {}",
+                from + 100
+            )
+        } else {
+            // 7,919 is prime: the ids deleted are distinct for any table size it does not divide.
+            format!(
+                "DELETE FROM items WHERE id = {}",
+                round as i64 * 7_919 % rows
+            )
+        };
+        writer.sql(&change).await?;
+        for (times, at) in [(&mut first, 2 * round), (&mut second, 2 * round + 1)] {
+            let t = Instant::now();
+            session.sql_one(&sql[at % sql.len()]).await?;
+            times.push(t.elapsed());
+        }
+    }
+    let kind = if insert {
+        "100-row INSERT"
+    } else {
+        "1-row DELETE"
+    };
+    for (which, mut lat) in [("first", first), ("second", second)] {
+        lat.sort();
+        let ms = |p| percentile(&lat, p).as_secs_f64() * 1e3;
+        report.value(&format!("after {kind}: {which} query p50"), ms(0.5), "ms");
+        report.value(&format!("after {kind}: {which} query p99"), ms(0.99), "ms");
     }
     Ok(())
 }
