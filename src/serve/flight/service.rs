@@ -4,10 +4,10 @@
 //! splices them ([`super::bind`]), errors keep their SQLSTATE's class ([`super::status`]).
 //!
 //! A statement runs at GetFlightInfo — to the end for anything that writes, up to its
-//! first batch for a query (if that comes soon), so that an error at a query's start (a
-//! query vector of the wrong dimension) answers the execute, as PostgreSQL's Execute does — and its output
-//! waits under a random handle (the ticket) for the DoGet, which streams the query's other
-//! batches as they are produced.
+//! first batch for a query if that comes soon ([`started`]: an error at a query's start
+//! then answers the execute, as PostgreSQL's Execute does) — and its output waits under a
+//! random handle (the ticket) for the DoGet, which streams the query's other batches as
+//! they are produced.
 
 use std::pin::Pin;
 use std::sync::Arc;
