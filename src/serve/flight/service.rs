@@ -4,7 +4,7 @@
 //! splices them ([`super::bind`]), errors keep their SQLSTATE's class ([`super::status`]).
 //!
 //! A statement runs at GetFlightInfo — to the end for anything that writes, up to its
-//! first batch for a query if that comes soon ([`started`]: an error at a query's start
+//! first batch for a query if that comes soon (`started`: an error at a query's start
 //! then answers the execute, as PostgreSQL's Execute does) — and its output waits under a
 //! random handle (the ticket) for the DoGet, which streams the query's other batches as
 //! they are produced.
