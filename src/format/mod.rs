@@ -43,6 +43,7 @@ pub mod packed_vectors;
 pub mod policy;
 pub mod progress;
 pub mod ranges;
+pub mod recent_writes;
 pub mod row_map_file;
 pub mod rowids;
 pub mod storage_types;

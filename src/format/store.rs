@@ -16,13 +16,12 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
-use roaring::RoaringBitmap;
 
-use super::deletion::{self, DeletionCache};
+use super::deletion::DeletionCache;
 use super::error::{FormatError, Result};
-use super::integrity;
 use super::latest::KnownVersions;
-use super::manifest::{DeletionFile, Fragment, Manifest, TableProperties};
+use super::manifest::{DataFile, Manifest, TableProperties};
+use super::recent_writes::RecentWrites;
 use super::table_names::{folder_name, name_of_folder};
 
 pub(crate) const VERSIONS_DIR: &str = "_versions";
@@ -51,6 +50,8 @@ pub struct Database {
     default_version_check: Duration,
     /// Decoded deletion vectors, by file.
     deletions: Arc<DeletionCache>,
+    /// The rows of small data files this handle just wrote ([`RecentWrites`]).
+    recent: Arc<RecentWrites>,
     /// Decoded manifests, by table, version and the file's identity (size and e-tag or
     /// modification time, so a table dropped and created again is never confused with the
     /// old one). Manifests are immutable, so an entry never goes stale.
@@ -115,6 +116,7 @@ impl Database {
             known: Arc::new(KnownVersions::new(default_version_check)),
             default_version_check,
             deletions: Arc::default(),
+            recent: Arc::default(),
             manifests: ManifestCache::default(),
         })
     }
@@ -130,6 +132,7 @@ impl Database {
             known: Arc::new(KnownVersions::new(REMOTE_VERSION_CHECK)),
             default_version_check: REMOTE_VERSION_CHECK,
             deletions: Arc::default(),
+            recent: Arc::default(),
             manifests: ManifestCache::default(),
         }
     }
@@ -174,6 +177,7 @@ impl Database {
             local_dir: self.local_dir.as_ref().map(|d| Arc::new(d.join(&folder))),
             known: self.known.clone(),
             deletions: self.deletions.clone(),
+            recent: self.recent.clone(),
             manifests: self.manifests.clone(),
         })
     }
@@ -364,6 +368,7 @@ pub struct TableDir {
     local_dir: Option<Arc<std::path::PathBuf>>,
     known: Arc<KnownVersions>,
     deletions: Arc<DeletionCache>,
+    recent: Arc<RecentWrites>,
     manifests: ManifestCache,
 }
 
@@ -705,65 +710,32 @@ impl TableDir {
             .map_err(|e| FormatError::store(&path, e))
     }
 
-    /// Reads a fragment's deletion vector (empty if it has none), checked against the CRC32C
-    /// its manifest entry records (entries written before checksums have none). Decoded
-    /// vectors are kept per database ([`DeletionCache`]).
-    pub async fn read_deletions(&self, fragment: &Fragment) -> Result<RoaringBitmap> {
-        Ok(self.shared_deletions(fragment).await?.as_ref().clone())
+    /// The database's decoded deletion vectors ([`super::deletion`] reads and writes them).
+    pub(super) fn deletion_cache(&self) -> &DeletionCache {
+        &self.deletions
     }
 
-    /// [`Self::read_deletions`] without a copy: the cached vector itself. A KNN query takes
-    /// the deletion vector of every fragment that has one, and on a live table (deletes in
-    /// most of hundreds of fragments) copying each for each query was allocation churn.
-    pub async fn shared_deletions(&self, fragment: &Fragment) -> Result<Arc<RoaringBitmap>> {
-        let Some(file) = &fragment.deletion else {
-            return Ok(Arc::default());
-        };
-        let path = self.path(&file.path);
-        let key = format!(
-            "{path}#{}#{}#{}#{:?}",
-            fragment.id, fragment.physical_rows, file.deleted_rows, file.crc32c
-        );
-        if let Some(hit) = self.deletions.get(&key) {
-            return Ok(hit);
-        }
-        let bytes = self.read(&file.path).await?;
-        if let Some(crc) = file.crc32c {
-            integrity::check(&path, "deletion file", &bytes, crc)?;
-        }
-        let deleted = deletion::decode(
-            &bytes,
-            path.as_ref(),
-            fragment.id,
-            fragment.physical_rows,
-            file.deleted_rows,
-        )?;
-        let deleted = Arc::new(deleted);
-        self.deletions.insert(key, deleted.clone());
-        Ok(deleted)
-    }
-
-    /// Writes a new deletion file for a fragment. The manifest that references it is the commit.
-    pub async fn write_deletions(
+    /// Keeps the batches of data file `relative`, written with `columns`, for the reads
+    /// that follow its commit ([`RecentWrites`]; small files only).
+    pub(crate) fn keep_written(
         &self,
-        fragment: &Fragment,
-        deleted: &RoaringBitmap,
-        read_version: u64,
-    ) -> Result<DeletionFile> {
-        let relative = format!("_deletions/{}-{}.del", fragment.id, random_tag());
-        let path = self.path(&relative);
-        let bytes = deletion::encode(fragment.id, fragment.physical_rows, deleted);
-        let crc32c = integrity::crc32c(&bytes);
-        self.store
-            .put(&path, PutPayload::from(bytes))
-            .await
-            .map_err(|e| FormatError::store(&path, e))?;
-        Ok(DeletionFile {
-            path: relative,
-            deleted_rows: deleted.len(),
-            read_version,
-            crc32c: Some(crc32c),
-        })
+        relative: &str,
+        columns: Vec<String>,
+        batches: Vec<datafusion::arrow::array::RecordBatch>,
+    ) {
+        let path = self.path(relative).to_string();
+        self.recent.keep(path, columns, batches);
+    }
+
+    /// Column `column` of data file `file` as this handle wrote it, batch by batch, if it
+    /// still holds the file's rows ([`RecentWrites`]): no read, no decode.
+    pub fn written_column(
+        &self,
+        file: &DataFile,
+        column: &str,
+    ) -> Option<Vec<datafusion::arrow::array::ArrayRef>> {
+        let path = self.path(&file.path);
+        self.recent.column(path.as_ref(), &file.columns, column)
     }
 }
 

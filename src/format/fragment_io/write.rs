@@ -24,6 +24,7 @@ use crate::format::integrity::parquet_io::PageChecksummer;
 use crate::format::integrity::units::PAGE_CRC_KEY;
 use crate::format::manifest::DataFile;
 use crate::format::packed_vectors::packed_type;
+use crate::format::recent_writes;
 use crate::format::storage_types::{storage_schema, to_storage, unstorable};
 use crate::format::store::{TableDir, random_tag};
 
@@ -100,6 +101,9 @@ struct FileWriter {
     /// The columns' value ranges, from the batches as written (declared types).
     stats: StatsAccumulator,
     rows: u64,
+    /// The batches written so far (declared types), while they are few enough bytes to be
+    /// kept for the reads after the commit ([`crate::format::recent_writes`]).
+    held: Option<Vec<RecordBatch>>,
 }
 
 impl FileWriter {
@@ -133,6 +137,7 @@ impl FileWriter {
             checksums: PageChecksummer::new(path.as_ref()),
             stats: StatsAccumulator::new(schema),
             rows: 0,
+            held: Some(Vec::new()),
         })
     }
 
@@ -164,6 +169,12 @@ impl FileWriter {
     async fn write(&mut self, batch: &RecordBatch) -> Result<()> {
         self.rows += batch.num_rows() as u64;
         self.stats.update(batch.columns());
+        if let Some(held) = &mut self.held {
+            held.push(batch.clone());
+            if recent_writes::batches_bytes(held) > recent_writes::MAX_FILE_BYTES {
+                self.held = None;
+            }
+        }
         let before = self.writer.flushed_row_groups().len();
         let stored;
         let batch = match &self.storage {
@@ -210,6 +221,10 @@ impl FileWriter {
                 &path,
                 format!("wrote {written} bytes, the store holds {}", meta.size),
             ));
+        }
+        if let Some(held) = self.held {
+            self.dir
+                .keep_written(&self.relative, self.columns.clone(), held);
         }
         let file = DataFile {
             path: self.relative,

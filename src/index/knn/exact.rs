@@ -10,7 +10,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
-use datafusion::arrow::datatypes::{Float32Type, Schema};
+use datafusion::arrow::datatypes::{DataType, Float32Type, Schema};
 use futures::{StreamExt, TryStreamExt};
 use roaring::{RoaringBitmap, RoaringTreemap};
 
@@ -358,6 +358,9 @@ async fn load_vectors(
     fragment: Fragment,
     schema: Arc<Schema>,
 ) -> Result<ColumnVectors> {
+    if let Some(written) = written_vectors(&dir, &fragment, &schema) {
+        return Ok(written);
+    }
     let mut out = ColumnVectors::default();
     let mut stream = read_fragment(dir, &fragment, schema, 8192);
     while let Some(batch) = stream.next().await {
@@ -373,19 +376,54 @@ async fn load_vectors(
     Ok(out)
 }
 
+/// The vectors of a fragment that this database handle wrote a moment ago, from the rows as
+/// it wrote them ([`crate::format::TableDir::written_column`]): the first query on a live
+/// table's new version scores its new rows without reading them back. `None` when the rows
+/// are not held or not of the column's type (the file is read instead).
+fn written_vectors(
+    dir: &crate::format::TableDir,
+    fragment: &Fragment,
+    schema: &Schema,
+) -> Option<ColumnVectors> {
+    let field = schema.fields().first()?;
+    let file = fragment.file_for_column(field.name())?;
+    let arrays = dir.written_column(file, field.name())?;
+    let mut out = ColumnVectors::default();
+    for array in arrays {
+        let same_type = match (array.data_type(), field.data_type()) {
+            (DataType::FixedSizeList(item, n), DataType::FixedSizeList(want, m)) => {
+                n == m
+                    && item.data_type() == &DataType::Float32
+                    && want.data_type() == item.data_type()
+            }
+            _ => false,
+        };
+        if !same_type {
+            return None;
+        }
+        out.append(&decode_vector_array(array.as_ref()));
+    }
+    (out.valid.len() as u64 == fragment.physical_rows).then_some(out)
+}
+
 /// The vectors of a batch whose one column is a vector column.
 fn decode_vectors(batch: &RecordBatch) -> Result<ColumnVectors> {
-    let list = batch.column(0).as_fixed_size_list();
+    Ok(decode_vector_array(batch.column(0).as_ref()))
+}
+
+/// The vectors of a `FixedSizeList<Float32>` array.
+fn decode_vector_array(array: &dyn Array) -> ColumnVectors {
+    let list = array.as_fixed_size_list();
     let dim = list.value_length() as usize;
     let values = list.values().as_primitive::<Float32Type>().values();
     let valid: Vec<bool> = (0..list.len()).map(|i| list.is_valid(i)).collect();
-    Ok(ColumnVectors {
+    ColumnVectors {
         dim,
         values: values[..list.len() * dim].to_vec(),
         nulls: list.null_count(),
         valid,
         ..Default::default()
-    })
+    }
 }
 
 /// The rows of fragment `id` the mask admits (the mask holds row addresses, whose high 32 bits

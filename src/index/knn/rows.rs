@@ -189,15 +189,21 @@ impl<'a> RowReader<'a> {
                     fragment: fragment.id,
                     column: field.name().clone(),
                 })?;
+        // A fragment this handle just wrote: its rows as written, not read back.
+        let written = dir
+            .written_column(file, field.name())
+            .filter(|parts| parts.iter().all(|a| a.data_type() == field.data_type()));
         let file = format!("{}/{}", dir.name(), file.path);
         let schema = Arc::new(Schema::new(vec![field.clone()]));
         let fragment = fragment.clone();
         self.cache
             .column(&file, field.name(), || async move {
-                let mut parts = Vec::new();
-                let mut stream = read_fragment(dir, &fragment, schema.clone(), 65536);
-                while let Some(batch) = stream.next().await {
-                    parts.push(batch?.column(0).clone());
+                let mut parts = written.unwrap_or_default();
+                if parts.is_empty() {
+                    let mut stream = read_fragment(dir, &fragment, schema.clone(), 65536);
+                    while let Some(batch) = stream.next().await {
+                        parts.push(batch?.column(0).clone());
+                    }
                 }
                 let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
                 let whole = if refs.is_empty() {
