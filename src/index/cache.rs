@@ -808,10 +808,16 @@ fn quantize_all(parts: &[&Partition]) {
 fn translated_key(dir: &TableDir, segment: &IndexSegment, view: &LedgerView, p: usize) -> Key {
     Key::Translated {
         file: format!("{}/{}", dir.name(), segment.file),
-        ledger: view.key(),
+        ledger: segment_lineage(view, segment),
         invalidated: segment.invalidated_fragments.iter().copied().collect(),
         partition: p,
     }
+}
+
+/// The part of the ledger a segment's rows pass through ([`LedgerView::lineage_key`]): what
+/// its translated partitions depend on, besides its invalidations.
+pub(crate) fn segment_lineage(view: &LedgerView, segment: &IndexSegment) -> u64 {
+    view.lineage_key(&segment.file, || segment.fragment_bitmap.iter().copied())
 }
 
 /// Checks a segment's footer against its index model and its manifest entry, so a foreign

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
@@ -11,6 +11,9 @@ use super::ordered::OrderedRemap;
 use super::transition::{Transition, validate};
 use super::{LedgerError, Result};
 use crate::ledger::ids::{row_address, split_row_address};
+
+/// Owners whose [`LedgerView::lineage_key`] a view remembers (it starts over past this).
+const MAX_LINEAGES: usize = 4096;
 
 /// A stable-partition row map, read lazily (its blocks live in a file).
 #[async_trait]
@@ -48,6 +51,8 @@ pub struct LedgerView {
     /// Global position of each transition's first row of each source.
     starts: Vec<Vec<u64>>,
     key: u64,
+    /// [`Self::lineage_key`]s found so far, by the owner the caller named.
+    lineages: Mutex<HashMap<String, u64>>,
 }
 
 impl LedgerView {
@@ -81,6 +86,7 @@ impl LedgerView {
             consumer,
             starts,
             key: hasher.finish(),
+            lineages: Mutex::default(),
         })
     }
 
@@ -92,6 +98,44 @@ impl LedgerView {
     /// Identifies the set of transitions (for cache keys of translated data).
     pub fn key(&self) -> u64 {
         self.key
+    }
+
+    /// Identifies the transitions the rows of `fragments` pass through: those that consumed
+    /// one of them, those that consumed what these wrote, and so on. Data translated from
+    /// those fragments depends on no other transition, so a cache key made with this stays
+    /// valid across rewrites of other fragments (on a live table, every compaction of newly
+    /// arrived fragments changed [`Self::key`] and sent every translated index partition
+    /// back to be translated again). Computed once per view for each `owner`, a name the
+    /// caller gives the fragment set (an index segment's file: its fragments never change).
+    pub fn lineage_key<I>(&self, owner: &str, fragments: impl FnOnce() -> I) -> u64
+    where
+        I: IntoIterator<Item = u64>,
+    {
+        if let Some(key) = self.lineages.lock().expect("lineages").get(owner) {
+            return *key;
+        }
+        let mut reached = std::collections::BTreeSet::new();
+        let mut todo: Vec<u64> = fragments().into_iter().collect();
+        while let Some(fragment) = todo.pop() {
+            if let Some(&(t, _)) = self.consumer.get(&fragment)
+                && reached.insert(t)
+            {
+                let written = &self.transitions[t].transition.destinations;
+                todo.extend(written.iter().map(|d| d.id));
+            }
+        }
+        // Content, not ids, as for `key`; in lineage order (`reached` is sorted).
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        for t in reached {
+            self.transitions[t].transition.hash(&mut hasher);
+        }
+        let key = hasher.finish();
+        let mut lineages = self.lineages.lock().expect("lineages");
+        if lineages.len() >= MAX_LINEAGES {
+            lineages.clear();
+        }
+        lineages.insert(owner.to_string(), key);
+        key
     }
 
     /// Transitions in lineage order.
@@ -307,5 +351,34 @@ mod tests {
             crate::ledger::transition::descendants(&ledger, &BTreeSet::from([1])),
             BTreeSet::from([1, 3, 5])
         );
+    }
+
+    #[test]
+    fn a_lineage_key_changes_only_with_the_transitions_its_fragments_pass_through() {
+        // 1,2 -> 3, then 3,4 -> 5; 7,8 -> 9 elsewhere in the table.
+        let base = || {
+            vec![
+                ordered(1, &[(1, 6), (2, 4)], &[(3, 10)]),
+                ordered(2, &[(3, 10), (4, 2)], &[(5, 12)]),
+            ]
+        };
+        let elsewhere = ordered(3, &[(7, 5), (8, 5)], &[(9, 10)]);
+        let a = view(base());
+        let b = view([base(), vec![elsewhere.clone()]].concat());
+        let key = |v: &LedgerView, owner: &str, fs: &[u64]| v.lineage_key(owner, || fs.to_vec());
+        // A rewrite of other fragments: same key, though the whole ledger's key changed.
+        assert_ne!(a.key(), b.key());
+        assert_eq!(key(&a, "s1", &[1, 2]), key(&b, "s1", &[1, 2]));
+        assert_eq!(key(&a, "s4", &[4]), key(&b, "s4", &[4]));
+        // A rewrite further down the lineage (5 compacted again) changes it.
+        let c = view([base(), vec![ordered(4, &[(5, 12), (6, 1)], &[(10, 13)])]].concat());
+        assert_ne!(key(&a, "s1", &[1, 2]), key(&c, "s1", &[1, 2]));
+        assert_ne!(key(&a, "s4", &[4]), key(&c, "s4", &[4]));
+        // Fragments no transition consumed pass through none; 7 passes through another.
+        assert_eq!(key(&b, "s6", &[6]), key(&a, "s6", &[6]));
+        assert_ne!(key(&b, "s7", &[7]), key(&b, "s6", &[6]));
+        assert_ne!(key(&b, "s7", &[7]), key(&b, "s1", &[1, 2]));
+        // Remembered by owner within a view.
+        assert_eq!(key(&b, "s1", &[6]), key(&b, "s1", &[1, 2]));
     }
 }

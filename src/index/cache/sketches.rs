@@ -209,7 +209,7 @@ impl IndexCache {
         let Translation { view, ownership } = translation;
         let key = |partition| Key::TranslatedSketch {
             file: format!("{}/{}", dir.name(), segment.file),
-            ledger: view.key(),
+            ledger: super::segment_lineage(view, segment),
             invalidated: segment.invalidated_fragments.iter().copied().collect(),
             partition,
         };
