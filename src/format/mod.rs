@@ -28,6 +28,7 @@ pub mod column_stats;
 pub mod commit;
 pub mod conform;
 pub mod deletion;
+mod deletion_io;
 pub mod error;
 pub mod fetch_windows;
 pub mod fragment_io;
