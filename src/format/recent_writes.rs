@@ -49,7 +49,7 @@ struct State {
 }
 
 /// Bytes of memory `batches` keep alive.
-pub fn batches_bytes(batches: &[RecordBatch]) -> usize {
+fn batches_bytes(batches: &[RecordBatch]) -> usize {
     batches.iter().map(RecordBatch::get_array_memory_size).sum()
 }
 

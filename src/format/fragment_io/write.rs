@@ -101,9 +101,10 @@ struct FileWriter {
     /// The columns' value ranges, from the batches as written (declared types).
     stats: StatsAccumulator,
     rows: u64,
-    /// The batches written so far (declared types), while they are few enough bytes to be
-    /// kept for the reads after the commit ([`crate::format::recent_writes`]).
-    held: Option<Vec<RecordBatch>>,
+    /// The batches written so far (declared types) and the bytes they keep alive, while
+    /// those are few enough to be kept for the reads after the commit
+    /// ([`crate::format::recent_writes`]).
+    held: Option<(Vec<RecordBatch>, usize)>,
 }
 
 impl FileWriter {
@@ -137,7 +138,7 @@ impl FileWriter {
             checksums: PageChecksummer::new(path.as_ref()),
             stats: StatsAccumulator::new(schema),
             rows: 0,
-            held: Some(Vec::new()),
+            held: Some((Vec::new(), 0)),
         })
     }
 
@@ -169,9 +170,10 @@ impl FileWriter {
     async fn write(&mut self, batch: &RecordBatch) -> Result<()> {
         self.rows += batch.num_rows() as u64;
         self.stats.update(batch.columns());
-        if let Some(held) = &mut self.held {
+        if let Some((held, bytes)) = &mut self.held {
+            *bytes += batch.get_array_memory_size();
             held.push(batch.clone());
-            if recent_writes::batches_bytes(held) > recent_writes::MAX_FILE_BYTES {
+            if *bytes > recent_writes::MAX_FILE_BYTES {
                 self.held = None;
             }
         }
@@ -222,7 +224,7 @@ impl FileWriter {
                 format!("wrote {written} bytes, the store holds {}", meta.size),
             ));
         }
-        if let Some(held) = self.held {
+        if let Some((held, _)) = self.held {
             self.dir
                 .keep_written(&self.relative, self.columns.clone(), held);
         }
