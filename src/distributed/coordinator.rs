@@ -35,6 +35,7 @@ use super::codec::FragvecCodec;
 use super::databases::Databases;
 use super::error::DistributedError;
 use super::health::WorkerHealth;
+use super::kept_plans::DistributedNodes;
 use super::on_workers::{OnWorkersExec, Replan};
 use super::routing;
 use super::sorts::merge_sorts_over_fragvec;
@@ -107,7 +108,10 @@ impl FragvecSession {
             .build();
         // The session reads the database the codec serves (the codec finds a table's
         // location by its store).
-        FragvecSession::with_context(SessionContext::new_with_state(state), db).await
+        let session =
+            FragvecSession::with_context(SessionContext::new_with_state(state), db).await?;
+        session.keep_plans_holding(Arc::new(DistributedNodes));
+        Ok(session)
     }
 }
 

@@ -13,6 +13,8 @@
 //!   query to the next, so workers cache disjoint shares).
 //! * [`sorts`]: sorts over a fragvec leaf (KNN's top-k) become per-task sorts merged on
 //!   the coordinator.
+//! * [`kept_plans`]: repeated KNN queries on workers reuse their plan, each run under a
+//!   query id of its own.
 //! * [`on_workers`]: the root of a query on workers: runs it again when a worker is lost,
 //!   names the workers in its errors; [`health`]: which workers are up.
 //! * [`databases`]: the databases a process serves, each with one index cache.
@@ -26,6 +28,7 @@ pub mod coordinator;
 pub mod databases;
 pub mod error;
 pub mod health;
+pub mod kept_plans;
 pub mod on_workers;
 pub mod routing;
 pub mod sorts;

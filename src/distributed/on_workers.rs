@@ -29,6 +29,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 
 use super::health::WorkerHealth;
+use super::kept_plans::new_query;
 
 /// Runs a distributed plan on the workers, once more on the reachable ones when a worker
 /// cannot be reached (see the module docs).
@@ -36,7 +37,8 @@ use super::health::WorkerHealth;
 pub struct OnWorkersExec {
     input: Arc<dyn ExecutionPlan>,
     health: Arc<WorkerHealth>,
-    /// How to plan the query again for a second run (`None`: the same plan is run again).
+    /// How to plan the query again for a second run (`None`: the same plan is run again,
+    /// under a new query id).
     replan: Option<Arc<Replan>>,
 }
 
@@ -70,6 +72,13 @@ impl OnWorkersExec {
             health,
             replan,
         }
+    }
+
+    /// The same root over `input`, a copy of its plan for another run (which, were a worker
+    /// lost, runs again under a new query id: it cannot be planned again, see
+    /// [`super::kept_plans`]).
+    pub fn over(&self, input: Arc<dyn ExecutionPlan>) -> Self {
+        Self::new(input, self.health.clone(), None)
     }
 
     fn workers(&self) -> String {
@@ -203,6 +212,15 @@ impl ExecutionPlan for OnWorkersExec {
                                 .create_physical_plan(&replan.logical, &replan.state)
                                 .await
                             {
+                                Ok(plan) => input = plan,
+                                Err(e) => {
+                                    let _ = tx.send(Err(failed(e, &dead, true))).await;
+                                    return Ok(());
+                                }
+                            }
+                        } else {
+                            // The same plan again, its tasks on the workers left.
+                            match new_query(input.clone()) {
                                 Ok(plan) => input = plan,
                                 Err(e) => {
                                     let _ = tx.send(Err(failed(e, &dead, true))).await;

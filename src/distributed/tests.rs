@@ -418,6 +418,90 @@ async fn writes_stay_on_the_coordinator_when_every_worker_is_gone() {
     );
 }
 
+/// A repeated KNN query on workers is planned once and re-bound for each new vector, by
+/// segments and sliced by partitions, and answers as one node does: each run goes out under
+/// a query id of its own (a second run under the first's would wait for a plan that never
+/// comes), and its re-bound sort travels with the vector as a literal. When a worker is
+/// lost, the kept plan runs again on the one left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn repeated_knn_queries_on_workers_reuse_their_plan() {
+    let tmp = tempfile::tempdir().unwrap();
+    let location = tmp.path().to_str().unwrap().to_string();
+    let single = FragvecSession::open(&location).await.unwrap();
+    let rows = |from: i64, to: i64| {
+        format!(
+            "INSERT INTO t SELECT value, value % 5, make_array(sin(value), cos(value), \
+             sin(value * 0.3), cos(value * 0.7), sin(value * 1.1), cos(value * 1.3), \
+             sin(value * 1.7), cos(value * 1.9)) FROM generate_series({from}, {to})"
+        )
+    };
+    single
+        .sql(&format!(
+            "CREATE TABLE t (id BIGINT NOT NULL, g BIGINT, emb VECTOR(8)) \
+             WITH (max_rows_per_fragment = 1000); {}; \
+             CREATE VECTOR INDEX idx ON t (emb) USING IVF_FLAT WITH (num_partitions = 8); {}; \
+             OPTIMIZE INDEX idx ON t APPEND; DELETE FROM t WHERE id % 11 = 0",
+            rows(0, 2999),
+            rows(3000, 5999)
+        ))
+        .await
+        .unwrap();
+    let mut workers = [super::spawn().await.unwrap(), super::spawn().await.unwrap()];
+    let urls: Vec<String> = workers.iter().map(|w| w.url().to_string()).collect();
+    let dist = FragvecSession::with_workers(&location, &urls)
+        .await
+        .unwrap();
+    let query = |i: usize| {
+        let x = i as f64 * 0.37;
+        let q: Vec<String> = (0..8)
+            .map(|j| format!("{}", (x + j as f64).sin()))
+            .collect();
+        format!(
+            "SELECT id, l2_distance(emb, [{}]) AS d FROM t WHERE g <> 2 ORDER BY d LIMIT 9",
+            q.join(", ")
+        )
+    };
+    let same = |i: usize| {
+        let (dist, single) = (&dist, &single);
+        async move {
+            let sql = query(i);
+            let got = tokio::time::timeout(Duration::from_secs(60), text(dist, &sql))
+                .await
+                .unwrap_or_else(|_| panic!("run {i} of a kept plan never finished"));
+            assert_eq!(got, text(single, &sql).await, "{sql}");
+        }
+    };
+    let explain = text(&dist, &format!("EXPLAIN {}", query(0))).await;
+    assert!(explain.contains("share=segments"), "{explain}");
+    for i in 0..6 {
+        same(i).await;
+    }
+    // Runs of the kept plan at once: each under its own query id (under one, the workers
+    // would take one run's tasks for another's).
+    futures::future::join_all((100..108).map(same)).await;
+    let by_segments = dist.plans_reused();
+    assert!(
+        by_segments >= 13,
+        "{by_segments} of 14 runs reused the plan"
+    );
+
+    // One segment over the whole table: the search is sliced by partitions.
+    single.sql("OPTIMIZE INDEX idx ON t MERGE 2").await.unwrap();
+    let explain = text(&dist, &format!("EXPLAIN {}", query(0))).await;
+    assert!(explain.contains("share=partitions"), "{explain}");
+    for i in 6..12 {
+        same(i).await;
+    }
+    let sliced = dist.plans_reused() - by_segments;
+    assert!(sliced >= 5, "{sliced} of 6 sliced runs reused the plan");
+
+    workers[0].kill();
+    for i in 12..16 {
+        same(i).await;
+    }
+    assert!(dist.plans_reused() - by_segments - sliced >= 3);
+}
+
 /// `plan` with its `KnnExec` replaced by the union of `shares` of it (what a split plan
 /// merges on the coordinator, here in one process).
 fn split_into(plan: &Arc<dyn ExecutionPlan>, shares: Vec<KnnShare>) -> Arc<dyn ExecutionPlan> {

@@ -18,7 +18,7 @@
 //! comparing and hashing a list literal element by element.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::compute::cast;
@@ -42,8 +42,10 @@ use super::knn::KnnExec;
 use super::options::OptionsFingerprint;
 use crate::format::store::Snapshot;
 
+mod foreign;
 mod knn_order;
 mod vector_param;
+pub use foreign::{ForeignInputs, ForeignNodes, NoForeignNodes};
 pub use knn_order::KnnOrderExec;
 pub use vector_param::VectorParam;
 
@@ -135,9 +137,21 @@ pub struct PlanCache {
     task: Mutex<Option<Arc<TaskContext>>>,
     reused: std::sync::atomic::AtomicU64,
     shapes_reused: std::sync::atomic::AtomicU64,
+    /// The nodes a planner above the engine puts into this session's plans.
+    foreign: OnceLock<Arc<dyn ForeignNodes>>,
 }
 
 impl PlanCache {
+    /// Lets kept plans hold the foreign `nodes` (set once, when the session is made).
+    pub fn set_foreign(&self, nodes: Arc<dyn ForeignNodes>) {
+        let _ = self.foreign.set(nodes);
+    }
+
+    /// The foreign nodes this session's plans may hold.
+    pub fn foreign(&self) -> &dyn ForeignNodes {
+        self.foreign.get().map_or(&NoForeignNodes, |n| n.as_ref())
+    }
+
     /// What is known of the statement texts of shape `text`.
     pub fn shape(&self, text: &str) -> Option<Arc<KnownShape>> {
         self.shapes.lock().expect("shape cache").get(text).cloned()
@@ -243,12 +257,14 @@ fn param_of(values: &[f64], params: &[Vec<f64>]) -> Option<usize> {
 }
 
 /// `expr` with every vector parameter (a [`VectorParam`], or a list literal equal to an old
-/// parameter's value) replaced by a [`VectorParam`] of the new value; `None` if a list
-/// literal matches no parameter.
+/// parameter's value) replaced by a [`VectorParam`] of the new value (by a list literal when
+/// `literals`: in a plan that is sent elsewhere to run); `None` if a list literal matches no
+/// parameter.
 fn rebind_expr(
     expr: &Arc<dyn PhysicalExpr>,
     old: &[Vec<f64>],
     new: &[Vec<f64>],
+    literals: bool,
 ) -> Result<Option<Arc<dyn PhysicalExpr>>> {
     let mut unknown = false;
     let out = expr.clone().transform_up(|e| {
@@ -265,6 +281,9 @@ fn rebind_expr(
             return Ok(Transformed::no(e));
         };
         match bound {
+            Some((_, v)) if literals => Ok(Transformed::yes(
+                Arc::new(Literal::new(v)) as Arc<dyn PhysicalExpr>
+            )),
             Some((i, v)) => Ok(Transformed::yes(
                 Arc::new(VectorParam::new(i, v)) as Arc<dyn PhysicalExpr>
             )),
@@ -335,10 +354,11 @@ fn rebind_ordering(
     ordering: &LexOrdering,
     old: &[Vec<f64>],
     new: &[Vec<f64>],
+    literals: bool,
 ) -> Result<Option<LexOrdering>> {
     let mut exprs = Vec::with_capacity(ordering.len());
     for e in ordering.iter() {
-        let Some(expr) = rebind_expr(&e.expr, old, new)? else {
+        let Some(expr) = rebind_expr(&e.expr, old, new, literals)? else {
             return Ok(None);
         };
         exprs.push(PhysicalSortExpr::new(expr, e.options));
@@ -346,73 +366,113 @@ fn rebind_ordering(
     Ok(LexOrdering::new(exprs))
 }
 
-/// The KNN operator of a [`reusable`] plan.
-pub fn knn_of(plan: &Arc<dyn ExecutionPlan>) -> Option<&KnnExec> {
-    let mut node = plan;
+/// The KNN operator of a [`reusable`] plan (the operator as planned, under per-task variants).
+pub fn knn_of(
+    plan: &Arc<dyn ExecutionPlan>,
+    foreign: &dyn ForeignNodes,
+) -> Option<Arc<dyn ExecutionPlan>> {
+    let mut node = plan.clone();
     loop {
-        if let Some(knn) = node.downcast_ref::<KnnExec>() {
-            return Some(knn);
+        if node.downcast_ref::<KnnExec>().is_some() {
+            return Some(node);
         }
-        let children = node.children();
-        let [child] = children.as_slice() else {
-            return None;
+        node = match foreign.inputs(&node) {
+            Some(ForeignInputs::Through(input) | ForeignInputs::Shipped(input)) => input,
+            Some(ForeignInputs::Variants(variants)) => variants.into_iter().next()?,
+            None => {
+                let children = node.children();
+                let [child] = children.as_slice() else {
+                    return None;
+                };
+                Arc::clone(child)
+            }
         };
-        node = child;
     }
 }
 
 /// Whether `plan` has the shape a reused plan may have (projection / top-k sort /
-/// cooperative wrapper above exactly one KNN operator whose filter holds no vector), and
+/// cooperative wrapper above exactly one KNN operator whose filter holds no vector, or the
+/// foreign nodes of `foreign` around them, a leaf's variants counting as one operator), and
 /// every parameter appears in it.
-pub fn reusable(plan: &Arc<dyn ExecutionPlan>, params: &[Vec<f64>]) -> Result<bool> {
+pub fn reusable(
+    plan: &Arc<dyn ExecutionPlan>,
+    params: &[Vec<f64>],
+    foreign: &dyn ForeignNodes,
+) -> Result<bool> {
     let mut seen = vec![false; params.len()];
-    let mut knns = 0;
     let mut ok = true;
-    let mut stack = vec![plan.clone()];
-    while let Some(node) = stack.pop() {
-        if let Some(knn) = node.downcast_ref::<KnnExec>() {
-            knns += 1;
-            let v: Vec<f64> = knn.query_vector().iter().map(|x| *x as f64).collect();
-            match param_of(&v, params) {
-                Some(i) => seen[i] = true,
-                None => ok = false,
-            }
-            if let Some(p) = &knn.scan_spec().predicate
-                && holds_list(p)
-            {
-                ok = false;
-            }
-            continue;
+    let knns = knns_under(plan, params, foreign, &mut seen, &mut ok)?;
+    Ok(ok && knns == Some(1) && seen.iter().all(|s| *s))
+}
+
+/// The KNN operators under `node` when every node there may be in a kept plan (`None`
+/// otherwise); marks the parameters found in `seen`, and clears `ok` for a vector that is
+/// no parameter or a filter that holds one.
+fn knns_under(
+    node: &Arc<dyn ExecutionPlan>,
+    params: &[Vec<f64>],
+    foreign: &dyn ForeignNodes,
+    seen: &mut [bool],
+    ok: &mut bool,
+) -> Result<Option<usize>> {
+    if let Some(knn) = node.downcast_ref::<KnnExec>() {
+        let v: Vec<f64> = knn.query_vector().iter().map(|x| *x as f64).collect();
+        match param_of(&v, params) {
+            Some(i) => seen[i] = true,
+            None => *ok = false,
         }
-        let allowed = node.downcast_ref::<ProjectionExec>().is_some()
-            || node
-                .downcast_ref::<SortExec>()
-                .is_some_and(|s| s.fetch().is_some())
-            || node.downcast_ref::<SortPreservingMergeExec>().is_some()
-            || node.downcast_ref::<CoalescePartitionsExec>().is_some()
-            || node.downcast_ref::<RepartitionExec>().is_some_and(|r| {
-                !r.preserve_order() && matches!(r.partitioning(), Partitioning::RoundRobinBatch(_))
-            })
-            || node.downcast_ref::<CooperativeExec>().is_some();
-        if !allowed || node.children().len() != 1 {
-            return Ok(false);
+        if let Some(p) = &knn.scan_spec().predicate
+            && holds_list(p)
+        {
+            *ok = false;
         }
-        node.apply_expressions(&mut |e| {
-            e.apply(|x| {
-                if let Some(l) = x.downcast_ref::<Literal>()
-                    && let Some(values) = list_values(l.value())
-                {
-                    match param_of(&values, params) {
-                        Some(i) => seen[i] = true,
-                        None => ok = false,
-                    }
-                }
-                Ok(TreeNodeRecursion::Continue)
-            })
-        })?;
-        stack.push(node.children()[0].clone());
+        return Ok(Some(1));
     }
-    Ok(ok && knns == 1 && seen.iter().all(|s| *s))
+    match foreign.inputs(node) {
+        Some(ForeignInputs::Through(input) | ForeignInputs::Shipped(input)) => {
+            return knns_under(&input, params, foreign, seen, ok);
+        }
+        Some(ForeignInputs::Variants(variants)) => {
+            for v in &variants {
+                if knns_under(v, params, foreign, seen, ok)? != Some(1) {
+                    return Ok(None);
+                }
+            }
+            return Ok(Some(1));
+        }
+        None => {}
+    }
+    let allowed = node.downcast_ref::<ProjectionExec>().is_some()
+        || node
+            .downcast_ref::<SortExec>()
+            .is_some_and(|s| s.fetch().is_some())
+        || node.downcast_ref::<SortPreservingMergeExec>().is_some()
+        || node.downcast_ref::<CoalescePartitionsExec>().is_some()
+        || node.downcast_ref::<RepartitionExec>().is_some_and(|r| {
+            !r.preserve_order() && matches!(r.partitioning(), Partitioning::RoundRobinBatch(_))
+        })
+        || node.downcast_ref::<CooperativeExec>().is_some();
+    let children = node.children();
+    let [child] = children.as_slice() else {
+        return Ok(None);
+    };
+    if !allowed {
+        return Ok(None);
+    }
+    node.apply_expressions(&mut |e| {
+        e.apply(|x| {
+            if let Some(l) = x.downcast_ref::<Literal>()
+                && let Some(values) = list_values(l.value())
+            {
+                match param_of(&values, params) {
+                    Some(i) => seen[i] = true,
+                    None => *ok = false,
+                }
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })
+    })?;
+    knns_under(child, params, foreign, seen, ok)
 }
 
 fn holds_list(expr: &Arc<dyn PhysicalExpr>) -> bool {
@@ -430,16 +490,28 @@ fn holds_list(expr: &Arc<dyn PhysicalExpr>) -> bool {
 }
 
 /// A fresh copy of a [`reusable`] plan for new parameter values (every node rebuilt, so
-/// nothing of an earlier run is shared, its vector literals as [`VectorParam`]s), or `None`
-/// when it cannot be rebuilt.
+/// nothing of an earlier run is shared, its vector literals as [`VectorParam`]s; foreign
+/// nodes rebuilt by `foreign`), or `None` when it cannot be rebuilt.
 pub fn rebind(
     plan: &Arc<dyn ExecutionPlan>,
     old: &[Vec<f64>],
     new: &[Vec<f64>],
+    foreign: &dyn ForeignNodes,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     if old.len() != new.len() || old.iter().zip(new).any(|(a, b)| a.len() != b.len()) {
         return Ok(None);
     }
+    rebind_nodes(plan, old, new, foreign, false)
+}
+
+/// [`rebind`] of `plan`, its vectors as list literals when `literals` (see [`rebind_expr`]).
+fn rebind_nodes(
+    plan: &Arc<dyn ExecutionPlan>,
+    old: &[Vec<f64>],
+    new: &[Vec<f64>],
+    foreign: &dyn ForeignNodes,
+    literals: bool,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     if let Some(knn) = plan.downcast_ref::<KnnExec>() {
         let current: Vec<f64> = knn.query_vector().iter().map(|x| *x as f64).collect();
         let Some(i) = param_of(&current, old) else {
@@ -448,14 +520,29 @@ pub fn rebind(
         let vector = new[i].iter().map(|x| *x as f32).collect();
         return Ok(Some(Arc::new(knn.with_vector(vector)?)));
     }
+    if let Some(inputs) = foreign.inputs(plan) {
+        let (inputs, literals) = match inputs {
+            ForeignInputs::Through(input) => (vec![input], literals),
+            ForeignInputs::Shipped(input) => (vec![input], true),
+            ForeignInputs::Variants(variants) => (variants, literals),
+        };
+        let mut rebound = Vec::with_capacity(inputs.len());
+        for input in &inputs {
+            let Some(input) = rebind_nodes(input, old, new, foreign, literals)? else {
+                return Ok(None);
+            };
+            rebound.push(input);
+        }
+        return foreign.rebuild(plan, rebound).map(Some);
+    }
     let children = plan.children();
     let [child] = children.as_slice() else {
         return Ok(None);
     };
-    let Some(child) = rebind(child, old, new)? else {
+    let Some(child) = rebind_nodes(child, old, new, foreign, literals)? else {
         return Ok(None);
     };
-    let map = |e: &Arc<dyn PhysicalExpr>| rebind_expr(e, old, new);
+    let map = |e: &Arc<dyn PhysicalExpr>| rebind_expr(e, old, new, literals);
     if let Some(p) = plan.downcast_ref::<ProjectionExec>() {
         let mut exprs = Vec::with_capacity(p.expr().len());
         let mut same = true;
@@ -475,7 +562,7 @@ pub fn rebind(
         return Ok(Some(Arc::new(ProjectionExec::try_new(exprs, child)?)));
     }
     if let Some(s) = plan.downcast_ref::<SortExec>() {
-        let Some(ordering) = rebind_ordering(s.expr(), old, new)? else {
+        let Some(ordering) = rebind_ordering(s.expr(), old, new, literals)? else {
             return Ok(None);
         };
         if ordering
@@ -494,13 +581,13 @@ pub fn rebind(
         return Ok(Some(Arc::new(sort)));
     }
     if let Some(o) = plan.downcast_ref::<KnnOrderExec>() {
-        let Some(ordering) = rebind_ordering(o.expr(), old, new)? else {
+        let Some(ordering) = rebind_ordering(o.expr(), old, new, literals)? else {
             return Ok(None);
         };
         return Ok(knn_order(&ordering, o.fetch(), &child, o.properties()));
     }
     if let Some(m) = plan.downcast_ref::<SortPreservingMergeExec>() {
-        let Some(ordering) = rebind_ordering(m.expr(), old, new)? else {
+        let Some(ordering) = rebind_ordering(m.expr(), old, new, literals)? else {
             return Ok(None);
         };
         let merge = SortPreservingMergeExec::new(ordering, child).with_fetch(m.fetch());
@@ -577,7 +664,7 @@ mod tests {
         let literal: Arc<dyn PhysicalExpr> = Arc::new(Literal::new(list_f32(&a)));
         // Two parameters of the same length: the literal is the second.
         let old = vec![vec![9.0, 9.0], a.clone()];
-        let kept = rebind_expr(&literal, &old, &[vec![0.0, 0.0], b.clone()])
+        let kept = rebind_expr(&literal, &old, &[vec![0.0, 0.0], b.clone()], false)
             .unwrap()
             .expect("the literal is a parameter");
         let param = kept.downcast_ref::<VectorParam>().expect("a parameter");
@@ -588,18 +675,28 @@ mod tests {
             list_f32(&a).data_type()
         );
         // A kept parameter rebinds by its number, whatever the old values say.
-        let again = rebind_expr(&kept, &[], &[vec![7.0, 7.0], c.clone()])
+        let again = rebind_expr(&kept, &[], &[vec![7.0, 7.0], c.clone()], false)
             .unwrap()
             .unwrap();
         assert_eq!(value_of(&again), list_f32(&c));
         assert_eq!(format!("{again}"), format!("{}", list_f32(&c)));
         // A list literal of no parameter: not rebindable.
         assert!(
-            rebind_expr(&literal, &[b], std::slice::from_ref(&c))
+            rebind_expr(&literal, &[b], std::slice::from_ref(&c), false)
                 .unwrap()
                 .is_none()
         );
         // A parameter number the new values do not have: not rebindable.
-        assert!(rebind_expr(&kept, &[], &[c]).unwrap().is_none());
+        assert!(
+            rebind_expr(&kept, &[], &[c.clone()], false)
+                .unwrap()
+                .is_none()
+        );
+        // In a plan sent elsewhere to run, a parameter is re-bound as the literal it stands for.
+        let shipped = rebind_expr(&kept, &[], &[vec![7.0, 7.0], c.clone()], true)
+            .unwrap()
+            .unwrap();
+        let literal = shipped.downcast_ref::<Literal>().expect("a literal");
+        assert_eq!(literal.value(), &list_f32(&c));
     }
 }

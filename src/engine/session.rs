@@ -215,6 +215,12 @@ impl FragvecSession {
         })
     }
 
+    /// Lets this session keep the plans of repeated KNN queries that hold `nodes`, made by a
+    /// planner above the engine (see [`super::plan_cache::ForeignNodes`]).
+    pub fn keep_plans_holding(&self, nodes: Arc<dyn super::plan_cache::ForeignNodes>) {
+        self.plans.set_foreign(nodes);
+    }
+
     /// How many queries ran on a reused physical plan (see [`super::plan_cache`]).
     pub fn plans_reused(&self) -> u64 {
         self.plans.reused()

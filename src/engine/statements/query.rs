@@ -24,6 +24,7 @@ use object_store::ObjectMeta;
 
 use super::stream;
 use crate::engine::ivf_bind;
+use crate::engine::knn::KnnExec;
 use crate::engine::plan_cache::{self, CachedPlan, ShapeNote};
 use crate::engine::session::{FragvecSession, StatementResult};
 use crate::sql::{FragvecStatement, knn_call, parse_statements, pin, vector_params};
@@ -260,7 +261,12 @@ async fn run_vector_query(
     };
     if let Some(cached) = session.plans.get(&key)
         && same_table_state(session, &cached.plan, &[]).await?
-        && let Some(plan) = plan_cache::rebind(&cached.plan, &cached.params, &vectors)?
+        && let Some(plan) = plan_cache::rebind(
+            &cached.plan,
+            &cached.params,
+            &vectors,
+            session.plans.foreign(),
+        )?
     {
         session.plans.note_reuse();
         learnt(&cached);
@@ -287,10 +293,12 @@ async fn run_vector_query(
         .await?
         .create_physical_plan()
         .await?;
-    if keep && plan_cache::reusable(&physical, &vectors)? {
+    if keep && plan_cache::reusable(&physical, &vectors, session.plans.foreign())? {
         // The kept plan is a copy with its vectors as parameters, never run itself: each
         // run gets a fresh copy of it.
-        if let Some(kept) = plan_cache::rebind(&physical, &vectors, &vectors)? {
+        if let Some(kept) =
+            plan_cache::rebind(&physical, &vectors, &vectors, session.plans.foreign())?
+        {
             let kept = CachedPlan {
                 plan: kept,
                 params: vectors.clone(),
@@ -341,7 +349,10 @@ pub(super) async fn same_table_state(
     plan: &Arc<dyn ExecutionPlan>,
     checked: &[(&str, u64, Option<ObjectMeta>)],
 ) -> Result<bool> {
-    let Some(knn) = plan_cache::knn_of(plan) else {
+    let Some(knn) = plan_cache::knn_of(plan, session.plans.foreign()) else {
+        return Ok(false);
+    };
+    let Some(knn) = knn.downcast_ref::<KnnExec>() else {
         return Ok(false);
     };
     let planned = &knn.scan_spec().snapshot;

@@ -23,6 +23,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use object_store::ObjectMeta;
 
 use super::query::{collect_physical, same_table_state};
+use crate::engine::knn::KnnExec;
 use crate::engine::plan_cache::{self, CachedPlan, KnownShape, ShapeNote};
 use crate::engine::session::{FragvecSession, StatementResult};
 use crate::format::store::{Snapshot, TableDir};
@@ -146,7 +147,9 @@ pub async fn run_known(
             moved
         }
     };
-    let Some(plan) = plan_cache::rebind(&kept, &known.plan.params, &params)? else {
+    let Some(plan) =
+        plan_cache::rebind(&kept, &known.plan.params, &params, session.plans.foreign())?
+    else {
         return Ok(None);
     };
     session.plans.note_reuse();
@@ -165,7 +168,10 @@ async fn moved_on(
     version: u64,
     meta: Option<ObjectMeta>,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
-    let Some(knn) = plan_cache::knn_of(&known.plan.plan) else {
+    let Some(knn) = plan_cache::knn_of(&known.plan.plan, session.plans.foreign()) else {
+        return Ok(None);
+    };
+    let Some(knn) = knn.downcast_ref::<KnnExec>() else {
         return Ok(None);
     };
     let planned = &knn.scan_spec().snapshot;
