@@ -18,15 +18,11 @@
 
 use std::sync::Arc;
 
-use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Result, internal_err};
 use datafusion::physical_plan::{ChildrenPropertiesMode, ExecutionPlan, ReplaceChildrenOptions};
-use datafusion_distributed::{
-    DistributedExec, DistributedLeafExec, NetworkBoundaryExt, NetworkCoalesceExec, Stage,
-};
-use uuid::Uuid;
+use datafusion_distributed::{DistributedExec, DistributedLeafExec, NetworkCoalesceExec};
 
-use super::on_workers::OnWorkersExec;
+use super::on_workers::{OnWorkersExec, new_query};
 use crate::engine::plan_cache::{ForeignInputs, ForeignNodes};
 
 /// The nodes of datafusion-distributed (and fragvec's root of a query on workers) a kept
@@ -91,26 +87,4 @@ impl ForeignNodes for DistributedNodes {
 /// schema and the split, not on the query vector.
 fn keep_properties() -> ReplaceChildrenOptions {
     ReplaceChildrenOptions::new(ChildrenPropertiesMode::Keep)
-}
-
-/// `plan` with every stage under one new query id and fresh connections to its tasks (the
-/// stage numbers, task counts and plans unchanged).
-pub fn new_query(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-    let id = Uuid::from_u128(rand::random::<u128>());
-    plan.transform_down(|node| {
-        let Some(boundary) = node.as_network_boundary() else {
-            return Ok(Transformed::no(node));
-        };
-        let mut stage = boundary.input_stage().clone();
-        match &mut stage {
-            Stage::Local(local) => {
-                local.query_id = id;
-                local.metrics_set = Default::default();
-            }
-            Stage::Remote(_) => return internal_err!("a stage already sent to its workers"),
-        }
-        let fresh: Arc<dyn ExecutionPlan> = boundary.with_input_stage(stage)?;
-        Ok(Transformed::yes(fresh))
-    })
-    .map(|t| t.data)
 }

@@ -16,6 +16,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{DataFusionError, Result, internal_datafusion_err};
 use datafusion::execution::context::QueryPlanner;
 use datafusion::execution::{SessionState, TaskContext};
@@ -26,10 +27,11 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, ReplaceChildrenOptions,
     SendableRecordBatchStream,
 };
+use datafusion_distributed::{NetworkBoundaryExt, Stage};
 use futures::StreamExt;
+use uuid::Uuid;
 
 use super::health::WorkerHealth;
-use super::kept_plans::new_query;
 
 /// Runs a distributed plan on the workers, once more on the reachable ones when a worker
 /// cannot be reached (see the module docs).
@@ -241,4 +243,28 @@ impl ExecutionPlan for OnWorkersExec {
         });
         Ok(builder.build())
     }
+}
+
+/// `plan` with every stage under one new query id and fresh connections to its tasks (the
+/// stage numbers, task counts and plans unchanged).
+pub fn new_query(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    let id = Uuid::from_u128(rand::random::<u128>());
+    plan.transform_down(|node| {
+        let Some(boundary) = node.as_network_boundary() else {
+            return Ok(Transformed::no(node));
+        };
+        let mut stage = boundary.input_stage().clone();
+        match &mut stage {
+            Stage::Local(local) => {
+                local.query_id = id;
+                local.metrics_set = Default::default();
+            }
+            Stage::Remote(_) => {
+                return datafusion::common::internal_err!("a stage already sent to its workers");
+            }
+        }
+        let fresh: Arc<dyn ExecutionPlan> = boundary.with_input_stage(stage)?;
+        Ok(Transformed::yes(fresh))
+    })
+    .map(|t| t.data)
 }

@@ -688,7 +688,7 @@ mod tests {
         );
         // A parameter number the new values do not have: not rebindable.
         assert!(
-            rebind_expr(&kept, &[], &[c.clone()], false)
+            rebind_expr(&kept, &[], std::slice::from_ref(&c), false)
                 .unwrap()
                 .is_none()
         );
