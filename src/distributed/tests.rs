@@ -420,8 +420,8 @@ async fn writes_stay_on_the_coordinator_when_every_worker_is_gone() {
 
 /// A repeated KNN query on workers is planned once and re-bound for each new vector, by
 /// segments and sliced by partitions, and answers as one node does: each run goes out under
-/// a query id of its own (a second run under the first's would wait for a plan that never
-/// comes), and its re-bound sort travels with the vector as a literal. When a worker is
+/// a query id of its own (runs at once under one id mix up their tasks on the workers), and
+/// its re-bound sort travels with the vector as a literal. When a worker is
 /// lost, the kept plan runs again on the one left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn repeated_knn_queries_on_workers_reuse_their_plan() {

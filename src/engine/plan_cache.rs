@@ -366,15 +366,16 @@ fn rebind_ordering(
     Ok(LexOrdering::new(exprs))
 }
 
-/// The KNN operator of a [`reusable`] plan (the operator as planned, under per-task variants).
-pub fn knn_of(
+/// The snapshot the KNN operator of a [`reusable`] plan searches (the operator as
+/// planned, under per-task variants).
+pub fn searched_snapshot(
     plan: &Arc<dyn ExecutionPlan>,
     foreign: &dyn ForeignNodes,
-) -> Option<Arc<dyn ExecutionPlan>> {
+) -> Option<Snapshot> {
     let mut node = plan.clone();
     loop {
-        if node.downcast_ref::<KnnExec>().is_some() {
-            return Some(node);
+        if let Some(knn) = node.downcast_ref::<KnnExec>() {
+            return Some(knn.scan_spec().snapshot.clone());
         }
         node = match foreign.inputs(&node) {
             Some(ForeignInputs::Through(input) | ForeignInputs::Shipped(input)) => input,

@@ -24,7 +24,6 @@ use object_store::ObjectMeta;
 
 use super::stream;
 use crate::engine::ivf_bind;
-use crate::engine::knn::KnnExec;
 use crate::engine::plan_cache::{self, CachedPlan, ShapeNote};
 use crate::engine::session::{FragvecSession, StatementResult};
 use crate::sql::{FragvecStatement, knn_call, parse_statements, pin, vector_params};
@@ -349,13 +348,9 @@ pub(super) async fn same_table_state(
     plan: &Arc<dyn ExecutionPlan>,
     checked: &[(&str, u64, Option<ObjectMeta>)],
 ) -> Result<bool> {
-    let Some(knn) = plan_cache::knn_of(plan, session.plans.foreign()) else {
+    let Some(planned) = plan_cache::searched_snapshot(plan, session.plans.foreign()) else {
         return Ok(false);
     };
-    let Some(knn) = knn.downcast_ref::<KnnExec>() else {
-        return Ok(false);
-    };
-    let planned = &knn.scan_spec().snapshot;
     let meta = checked
         .iter()
         .find(|(table, version, _)| *table == planned.name() && *version == planned.version())

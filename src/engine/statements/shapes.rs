@@ -23,7 +23,6 @@ use datafusion::physical_plan::ExecutionPlan;
 use object_store::ObjectMeta;
 
 use super::query::{collect_physical, same_table_state};
-use crate::engine::knn::KnnExec;
 use crate::engine::plan_cache::{self, CachedPlan, KnownShape, ShapeNote};
 use crate::engine::session::{FragvecSession, StatementResult};
 use crate::format::store::{Snapshot, TableDir};
@@ -168,13 +167,10 @@ async fn moved_on(
     version: u64,
     meta: Option<ObjectMeta>,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
-    let Some(knn) = plan_cache::knn_of(&known.plan.plan, session.plans.foreign()) else {
+    let Some(planned) = plan_cache::searched_snapshot(&known.plan.plan, session.plans.foreign())
+    else {
         return Ok(None);
     };
-    let Some(knn) = knn.downcast_ref::<KnnExec>() else {
-        return Ok(None);
-    };
-    let planned = &knn.scan_spec().snapshot;
     let read_the_newest = matches!(known.versions.as_slice(),
         [(table, v)] if table == planned.name() && *v == planned.version());
     if !read_the_newest {
