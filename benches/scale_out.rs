@@ -9,6 +9,8 @@
 //! throughput at 1, 4 and 16 concurrent queries. Every figure is the median of three runs
 //! (each run the median of its queries); answers are checked against the single node's.
 //! After the KNN mix each worker's index cache is reported (workers print it on SIGUSR1).
+//! `FRAGVEC_SCALE_ONLY=text` measures only the queries whose names contain it;
+//! `FRAGVEC_SCALE_DIR=dir` keeps the tables in `dir` and reuses them in the next run.
 //!
 //! Each configuration runs in a child process (this binary again, with `--measure`) under
 //! `taskset`, so that DataFusion's partitions and tokio's threads see only the pinned cores.
@@ -189,7 +191,7 @@ async fn measure(location: &str, workers: &[String], tables: &[String]) -> Resul
     for table in tables {
         let queries = read_queries(location, table)?;
         let w = workload(table, &queries);
-        for (name, sql) in &w.scans {
+        for (name, sql) in w.scans.iter().filter(|(name, _)| wanted(name)) {
             run(&s, sql).await?; // warm
             let mut times = Vec::new();
             let mut answer = String::new();
@@ -200,7 +202,7 @@ async fn measure(location: &str, workers: &[String], tables: &[String]) -> Resul
             }
             println!("{table}: {name}\t{:.2}\t{}", median(times), hash(&answer));
         }
-        for (name, sqls) in &w.knn {
+        for (name, sqls) in w.knn.iter().filter(|(name, _)| wanted(name)) {
             run(&s, &sqls[0]).await?;
             let sqls = &sqls[1..];
             for sql in sqls.iter().take(4) {
@@ -224,6 +226,9 @@ async fn measure(location: &str, workers: &[String], tables: &[String]) -> Resul
         // stream on its own session over the same workers.
         let plain: Vec<String> = w.knn[3].1[1..].to_vec();
         for streams in [1usize, 4, 16] {
+            if !wanted(&format!("KNN q/s at {streams} concurrent")) {
+                continue;
+            }
             let mut sessions = Vec::new();
             for _ in 0..streams {
                 let s = if workers.is_empty() {
@@ -272,6 +277,12 @@ async fn measure(location: &str, workers: &[String], tables: &[String]) -> Resul
     Ok(())
 }
 
+/// Whether the query named `name` is measured: all of them, or those whose names contain
+/// `FRAGVEC_SCALE_ONLY` (to profile one query, or time it before and after a change).
+fn wanted(name: &str) -> bool {
+    std::env::var("FRAGVEC_SCALE_ONLY").map_or(true, |only| name.contains(only.as_str()))
+}
+
 /// The name of the line a measuring child reports its index cache bytes on.
 const CACHE_LINE: &str = "index cache bytes";
 
@@ -303,7 +314,6 @@ async fn load(location: &str, table: &str, rows: usize, dim: usize, seed: u64) -
                 .join(",")
         })
         .collect();
-    std::fs::write(format!("{location}.{table}.queries"), text.join("\n"))?;
     let ctx = SessionContext::new();
     let (src, _) = common::vector_table(&data, dim, 8192)?;
     ctx.register_table("src", Arc::new(src))?;
@@ -343,6 +353,8 @@ async fn load(location: &str, table: &str, rows: usize, dim: usize, seed: u64) -
                 .await?;
         }
     }
+    // Last: a kept directory with this file holds the whole table.
+    std::fs::write(format!("{location}.{table}.queries"), text.join("\n"))?;
     Ok(())
 }
 
@@ -396,10 +408,25 @@ async fn main() -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let exe = tmp.path().join("fragvec");
     std::fs::copy(env!("CARGO_BIN_EXE_fragvec"), &exe)?;
-    let location = tmp.path().join("db").to_str().unwrap().to_string();
+    // FRAGVEC_SCALE_DIR keeps the tables in that directory, loaded by the first run and
+    // reused by the next (before and after a change, or under a profiler).
+    let kept = std::env::var_os("FRAGVEC_SCALE_DIR").map(std::path::PathBuf::from);
+    let base = kept.clone().unwrap_or_else(|| tmp.path().to_path_buf());
+    std::fs::create_dir_all(&base)?;
+    let rows_name: Vec<String> = rows.iter().map(usize::to_string).collect();
+    let location = base
+        .join(format!("db-{}", rows_name.join("-")))
+        .to_str()
+        .unwrap()
+        .to_string();
     let mut tables = Vec::new();
     for (i, (n, dim)) in rows.iter().zip([32usize, 128]).enumerate() {
         let table = format!("v{dim}");
+        if kept.is_some() && std::path::Path::new(&format!("{location}.{table}.queries")).exists() {
+            println!("reusing {table} in {location}");
+            tables.push(table);
+            continue;
+        }
         let t = Instant::now();
         load(&location, &table, *n, dim, 20 + i as u64).await?;
         println!(

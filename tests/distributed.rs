@@ -210,16 +210,32 @@ async fn queries_over_two_worker_processes_equal_single_node_answers(db: Locatio
     .await
     .unwrap();
     assert_same_answers(&dist, &single, "one segment, nprobes = 1").await;
-    // At nprobes 1 one slice has no probed partition of its own: it counts the other's rows.
+    // At nprobes 1 one slice has no probed partition of its own: it takes its bound from
+    // the other's (which holds 10 rows), and need not count that slice's rows.
     let analyzed = text(
         &dist,
         &format!("EXPLAIN ANALYZE SELECT id FROM t ORDER BY l2_distance(emb, {Q}) LIMIT 10"),
     )
     .await;
     assert!(
+        analyzed.contains("rows_seen_for_slice_bound=")
+            && !analyzed.contains("rows_seen_for_slice_bound=0,")
+            && analyzed.contains("rows_counted_for_other_slices=0,"),
+        "{analyzed}"
+    );
+    // When that partition holds fewer than k rows (about 270 of 1,000) there is no bound to
+    // take: the slice counts its rows, to decide as one machine would whether to probe on.
+    let deep = format!("SELECT id FROM t ORDER BY l2_distance(emb, {Q}) LIMIT 1000");
+    let analyzed = text(&dist, &format!("EXPLAIN ANALYZE {deep}")).await;
+    assert!(
         analyzed.contains("rows_counted_for_other_slices=")
             && !analyzed.contains("rows_counted_for_other_slices=0,"),
         "{analyzed}"
+    );
+    assert_eq!(
+        text(&dist, &deep).await,
+        text(&single, &deep).await,
+        "{deep}"
     );
     let selective = [
         format!(

@@ -77,6 +77,12 @@ impl TopK {
         self.heap.peek().copied().filter(|_| self.is_full())
     }
 
+    /// The candidate a new one must not come after: the k-th best once full, else the
+    /// ceiling (a top-k merged into this one is [`below`](Self::below) it).
+    pub fn limit(&self) -> Option<Candidate> {
+        self.worst().or(self.ceiling)
+    }
+
     /// Offers `c`: kept when it is among the k nearest so far.
     #[inline]
     pub fn push(&mut self, c: Candidate) {

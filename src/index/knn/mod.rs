@@ -110,6 +110,9 @@ pub struct KnnStats {
     /// Rows of other slices' partitions a sliced share counted (not scored) to decide as
     /// one machine would whether to probe further (see [`share`]).
     pub counted_for_slices: usize,
+    /// Rows of another slice's partition a sliced share scored for its starting bound only
+    /// (the nearest probed partition; see `Searcher::seed_bound`).
+    pub seeded_from_slices: usize,
     /// Whether the answer came from scoring the masked rows exactly.
     pub exact_mask: bool,
 }
@@ -140,6 +143,7 @@ pub(crate) struct Counters {
     pub exact_fallbacks: AtomicUsize,
     pub fragments_read: AtomicUsize,
     pub counted_for_slices: AtomicUsize,
+    pub seeded_from_slices: AtomicUsize,
 }
 
 impl Counters {
@@ -161,6 +165,7 @@ impl Counters {
             exact_fallbacks: get(&self.exact_fallbacks),
             fragments_read: get(&self.fragments_read),
             counted_for_slices: get(&self.counted_for_slices),
+            seeded_from_slices: get(&self.seeded_from_slices),
             exact_mask: false,
         }
     }
