@@ -382,7 +382,7 @@ struct KnnMetrics {
     dropped_filter: Count,
     skipped_by_bound: Count,
     counted_for_slices: Count,
-    seeded_from_slices: Count,
+    seen_for_slice_bound: Count,
     unindexed_rows: Count,
     exact_fallbacks: Count,
     /// Data fragments whose rows were read from Parquet (scoring or fetching results).
@@ -405,7 +405,7 @@ impl KnnMetrics {
             dropped_filter: counter("rows_dropped_by_filter"),
             skipped_by_bound: counter("rows_skipped_by_bound"),
             counted_for_slices: counter("rows_counted_for_other_slices"),
-            seeded_from_slices: counter("rows_seen_for_slice_bound"),
+            seen_for_slice_bound: counter("rows_seen_for_slice_bound"),
             unindexed_rows: counter("rows_from_unindexed_fragments"),
             exact_fallbacks: counter("exact_fallbacks"),
             fragments_read: counter("fragments_read"),
@@ -423,7 +423,7 @@ impl KnnMetrics {
         self.dropped_filter.add(s.dropped_filter);
         self.skipped_by_bound.add(s.skipped_by_bound);
         self.counted_for_slices.add(s.counted_for_slices);
-        self.seeded_from_slices.add(s.seeded_from_slices);
+        self.seen_for_slice_bound.add(s.seen_for_slice_bound);
         self.unindexed_rows.add(s.unindexed_rows);
         self.exact_fallbacks.add(s.exact_fallbacks);
         self.fragments_read.add(s.fragments_read);

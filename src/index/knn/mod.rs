@@ -112,7 +112,7 @@ pub struct KnnStats {
     pub counted_for_slices: usize,
     /// Rows of another slice's partition a sliced share scored for its starting bound only
     /// (the nearest probed partition; see `Searcher::seed_bound`).
-    pub seeded_from_slices: usize,
+    pub seen_for_slice_bound: usize,
     /// Whether the answer came from scoring the masked rows exactly.
     pub exact_mask: bool,
 }
@@ -143,7 +143,7 @@ pub(crate) struct Counters {
     pub exact_fallbacks: AtomicUsize,
     pub fragments_read: AtomicUsize,
     pub counted_for_slices: AtomicUsize,
-    pub seeded_from_slices: AtomicUsize,
+    pub seen_for_slice_bound: AtomicUsize,
 }
 
 impl Counters {
@@ -165,7 +165,7 @@ impl Counters {
             exact_fallbacks: get(&self.exact_fallbacks),
             fragments_read: get(&self.fragments_read),
             counted_for_slices: get(&self.counted_for_slices),
-            seeded_from_slices: get(&self.seeded_from_slices),
+            seen_for_slice_bound: get(&self.seen_for_slice_bound),
             exact_mask: false,
         }
     }

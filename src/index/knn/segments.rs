@@ -237,7 +237,7 @@ impl Searcher<'_> {
             let mut stats = SearchStats::default();
             let seed = match slice {
                 Some(slice) => {
-                    self.seed_bound(&probe, slice, first, &mask, keep, &score)
+                    self.seed_bound(&probe, slice, first, mask.as_ref(), keep, &score)
                         .await?
                 }
                 None => None,
@@ -531,7 +531,7 @@ impl Searcher<'_> {
         probe: &SegmentProbe<'_>,
         slice: Slice,
         first: &[usize],
-        mask: &Option<RowMask<'_>>,
+        mask: Option<&RowMask<'_>>,
         keep: usize,
         score: &F,
     ) -> Result<Option<Candidate>>
@@ -554,7 +554,7 @@ impl Searcher<'_> {
                 probe.footer,
                 &[nearest],
                 probed,
-                mask.as_ref(),
+                mask,
                 keep,
                 seed.bound(),
                 score,
@@ -565,7 +565,7 @@ impl Searcher<'_> {
             score(part, &mut seed, &mut stats);
         }
         Counters::add(
-            &self.counters.seeded_from_slices,
+            &self.counters.seen_for_slice_bound,
             parts.iter().map(|p| p.len()).sum(),
         );
         Ok(seed.worst())
